@@ -1,0 +1,658 @@
+// Hook implementations: socket lifecycle (socket, accept, connect, close, dup*), the
+// data-path funnel for offloaded sockets, and process lifecycle.
+#include "preload/hooks.hh"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+
+#include "core/fd_table.hh"
+#include "core/readiness.hh"
+#include "core/real.hh"
+#include "core/runtime.hh"
+#include "log/log.hh"
+#include "transport/transport.hh"
+
+extern "C" void __chk_fail(void) __attribute__((noreturn));
+
+namespace rdmasock::hook {
+
+namespace {
+
+// errno is the caller's business: every hook leaves it as the real call would.
+struct ErrnoGuard {
+    int saved = errno;
+    ~ErrnoGuard() { errno = saved; }
+};
+
+bool eligible(int domain, int type, int protocol) noexcept
+{
+    return (domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
+           (protocol == 0 || protocol == IPPROTO_TCP);
+}
+
+Transport &transport_of(const Socket &s) noexcept
+{
+    return s.transport != nullptr ? *s.transport : kernel_tcp();
+}
+
+// Put a (new) socket object in fd's slot.  An occupant left there means the fd was
+// closed behind our back (raw syscall, fclose, close_range): drop it silently.
+void bind_fd(int fd, const SocketRef &s) noexcept
+{
+    s->add_fd();
+    bool ok = false;
+    SocketRef old = fdt::install(fd, s, &ok);
+    if (!ok)
+        s->drop_fd();
+    if (old)
+        old->drop_fd();
+}
+
+SocketRef track(int fd, int domain, int type, Role role) noexcept
+{
+    SocketRef s = Socket::create(domain, type & 0xf);
+    if (!s)
+        return s;
+    s->role = role;
+    bind_fd(fd, s);
+    return s;
+}
+
+void format_addr(const sockaddr_storage &ss, char *out, size_t n) noexcept
+{
+    char host[INET6_ADDRSTRLEN] = "-";
+    unsigned port = 0;
+    if (ss.ss_family == AF_INET) {
+        auto *a = reinterpret_cast<const sockaddr_in *>(&ss);
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+        port = ntohs(a->sin_port);
+        snprintf(out, n, "%s:%u", host, port);
+    } else if (ss.ss_family == AF_INET6) {
+        auto *a = reinterpret_cast<const sockaddr_in6 *>(&ss);
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+        port = ntohs(a->sin6_port);
+        snprintf(out, n, "[%s]:%u", host, port);
+    } else {
+        snprintf(out, n, "-");
+    }
+}
+
+// What the close-time log line says about a connection; gathered while its fd is open.
+struct CloseInfo {
+    bool connection = false;
+    char local[64] = "-";
+    char peer[64] = "-";
+    Counters counters;
+};
+
+CloseInfo capture(int fd, Socket &s) noexcept
+{
+    ErrnoGuard g;
+    CloseInfo ci;
+    if (!s.has_peer)
+        return ci;
+    ci.connection = true;
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &len) == 0)
+        format_addr(local, ci.local, sizeof ci.local);
+    format_addr(s.peer, ci.peer, sizeof ci.peer);
+    ci.counters = transport_of(s).counters(fd);
+    return ci;
+}
+
+// The documented, stable close-time line (see rdmasock(7), LOGGING).
+void log_close(int fd, const Socket &s, const CloseInfo &ci) noexcept
+{
+    if (!ci.connection || !log::enabled(log::kInfo))
+        return;
+    Reason r = s.reason.load(std::memory_order_relaxed);
+    const char *transport = s.offloaded() ? "rdma" : "tcp";
+    char reason[48] = "";
+    if (!s.offloaded())
+        snprintf(reason, sizeof reason, " reason=%s", reason_code(r));
+    log::write(log::kInfo,
+               "event=close fd=%d role=%s local=%s peer=%s transport=%s%s bytes_sent=%llu "
+               "bytes_received=%llu",
+               fd, role_name(s.role), ci.local, ci.peer, transport, reason,
+               static_cast<unsigned long long>(ci.counters.bytes_sent),
+               static_cast<unsigned long long>(ci.counters.bytes_received));
+}
+
+// fd2 is about to be replaced (dup2/dup3 onto it): if it is the last fd of a tracked
+// socket, gather what its close line needs now, while it is still open.
+struct Victim {
+    SocketRef s;
+    CloseInfo ci;
+};
+
+Victim prepare_victim(int fd2) noexcept
+{
+    Victim v;
+    v.s = fdt::get(fd2);
+    if (v.s && v.s->fds() == 1)
+        v.ci = capture(fd2, *v.s);
+    return v;
+}
+
+// After a successful dup onto newfd: newfd now refers to oldfd's socket (if tracked).
+void after_dup(int oldfd, int newfd, const Victim *victim) noexcept
+{
+    SocketRef s = fdt::get(oldfd);
+    SocketRef old;
+    if (s) {
+        s->add_fd();
+        bool ok = false;
+        old = fdt::install(newfd, s, &ok);
+        if (!ok)
+            s->drop_fd();
+    } else {
+        old = fdt::remove(newfd);
+    }
+    if (old && old->drop_fd() && victim != nullptr && victim->s.get() == old.get())
+        log_close(newfd, *old, victim->ci);
+    log::on_fd_closed(newfd);
+}
+
+ssize_t ret(ssize_t r) noexcept
+{
+    if (r < 0) {
+        errno = static_cast<int>(-r);
+        return -1;
+    }
+    return r;
+}
+
+// The data-path funnel: every read-style call on an offloaded socket becomes rx(),
+// every write-style call tx().  A null result means "not offloaded (any more)": the
+// caller then makes the original real call.
+SocketRef offloaded_socket(int fd) noexcept
+{
+    SocketRef s = fdt::get(fd);
+    if (s && s->offloaded() && s->transport != nullptr)
+        return s;
+    return {};
+}
+
+ssize_t rx(Socket &s, int fd, iovec *iov, int iovcnt, int flags) noexcept
+{
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = static_cast<size_t>(iovcnt);
+    return ret(s.transport->recvmsg(fd, &m, flags));
+}
+
+ssize_t tx(Socket &s, int fd, const iovec *iov, int iovcnt, int flags) noexcept
+{
+    msghdr m{};
+    m.msg_iov = const_cast<iovec *>(iov);
+    m.msg_iovlen = static_cast<size_t>(iovcnt);
+    return ret(s.transport->sendmsg(fd, &m, flags));
+}
+
+}  // namespace
+
+/* ---- socket creation and connection setup ------------------------------------------ */
+
+int socket(int domain, int type, int protocol) noexcept
+{
+    int fd = RS_REAL(socket)(domain, type, protocol);
+    if (fd < 0 || !eligible(domain, type, protocol))
+        return fd;
+    ErrnoGuard g;
+    if (rt::ensure_started())
+        track(fd, domain, type, Role::none);
+    return fd;
+}
+
+int socketpair(int domain, int type, int protocol, int sv[2]) noexcept
+{
+    // Only AF_UNIX supports socketpair: never a TCP connection, never tracked.
+    return RS_REAL(socketpair)(domain, type, protocol, sv);
+}
+
+int listen(int fd, int backlog) noexcept
+{
+    int r = RS_REAL(listen)(fd, backlog);
+    if (r == 0)
+        if (SocketRef s = fdt::get(fd))
+            s->role = Role::listener;
+    return r;
+}
+
+namespace {
+int accepted(int lfd, int fd) noexcept
+{
+    if (fd < 0)
+        return fd;
+    SocketRef ls = fdt::get(lfd);
+    if (!ls)
+        return fd;
+    ErrnoGuard g;
+    SocketRef s = track(fd, ls->domain, ls->type, Role::server);
+    if (!s)
+        return fd;
+    socklen_t len = sizeof s->peer;
+    s->has_peer = RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&s->peer), &len) == 0;
+    s->reason.store(rt::default_reason(), std::memory_order_relaxed);
+    return fd;
+}
+}  // namespace
+
+int accept(int fd, sockaddr *addr, socklen_t *len) noexcept
+{
+    return accepted(fd, RS_REAL(accept)(fd, addr, len));
+}
+
+int accept4(int fd, sockaddr *addr, socklen_t *len, int flags) noexcept
+{
+    return accepted(fd, RS_REAL(accept4)(fd, addr, len, flags));
+}
+
+int connect(int fd, const sockaddr *addr, socklen_t len) noexcept
+{
+    int r = RS_REAL(connect)(fd, addr, len);
+    if (r < 0 && errno != EINPROGRESS)
+        return r;
+    SocketRef s = fdt::get(fd);
+    if (!s || addr == nullptr)
+        return r;
+    s->role = Role::client;
+    size_t n = len < sizeof s->peer ? len : sizeof s->peer;
+    memcpy(&s->peer, addr, n);
+    s->has_peer = true;
+    s->reason.store(rt::default_reason(), std::memory_order_relaxed);
+    return r;
+}
+
+int bind(int fd, const sockaddr *addr, socklen_t len) noexcept
+{
+    return RS_REAL(bind)(fd, addr, len);
+}
+
+/* ---- receive ----------------------------------------------------------------------- */
+
+ssize_t read(int fd, void *buf, size_t count) noexcept
+{
+    SocketRef s = offloaded_socket(fd);
+    if (!s)
+        return RS_REAL(read)(fd, buf, count);
+    iovec iov{buf, count};
+    return rx(*s, fd, &iov, 1, 0);
+}
+
+ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen) noexcept
+{
+    if (count > buflen)
+        __chk_fail();
+    return hook::read(fd, buf, count);
+}
+
+ssize_t readv(int fd, const iovec *iov, int iovcnt) noexcept
+{
+    SocketRef s = offloaded_socket(fd);
+    if (!s)
+        return RS_REAL(readv)(fd, iov, iovcnt);
+    return rx(*s, fd, const_cast<iovec *>(iov), iovcnt, 0);
+}
+
+ssize_t recv(int fd, void *buf, size_t len, int flags) noexcept
+{
+    SocketRef s = offloaded_socket(fd);
+    if (!s)
+        return RS_REAL(recv)(fd, buf, len, flags);
+    iovec iov{buf, len};
+    return rx(*s, fd, &iov, 1, flags);
+}
+
+ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags) noexcept
+{
+    if (len > buflen)
+        __chk_fail();
+    return hook::recv(fd, buf, len, flags);
+}
+
+ssize_t recvfrom(int fd, void *buf, size_t len, int flags, sockaddr *addr, socklen_t *alen) noexcept
+{
+    SocketRef s = offloaded_socket(fd);
+    if (!s)
+        return RS_REAL(recvfrom)(fd, buf, len, flags, addr, alen);
+    if (alen != nullptr)
+        *alen = 0;  // a connected TCP socket reports no source address
+    iovec iov{buf, len};
+    return rx(*s, fd, &iov, 1, flags);
+}
+
+ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags, sockaddr *addr,
+                       socklen_t *alen) noexcept
+{
+    if (len > buflen)
+        __chk_fail();
+    return hook::recvfrom(fd, buf, len, flags, addr, alen);
+}
+
+ssize_t recvmsg(int fd, msghdr *msg, int flags) noexcept
+{
+    SocketRef s = offloaded_socket(fd);
+    if (!s)
+        return RS_REAL(recvmsg)(fd, msg, flags);
+    return ret(s->transport->recvmsg(fd, msg, flags));
+}
+
+int recvmmsg(int fd, mmsghdr *vec, unsigned int vlen, int flags, timespec *timeout) noexcept
+{
+    SocketRef s = offloaded_socket(fd);
+    if (!s)
+        return RS_REAL(recvmmsg)(fd, vec, vlen, flags, timeout);
+    unsigned i = 0;
+    for (; i < vlen; ++i) {
+        ssize_t r = s->transport->recvmsg(fd, &vec[i].msg_hdr, flags & ~MSG_WAITFORONE);
+        if (r < 0) {
+            if (i == 0)
+                return static_cast<int>(ret(r));
+            break;
+        }
+        vec[i].msg_len = static_cast<unsigned>(r);
+        if (r == 0)
+            return static_cast<int>(i + 1);
+        if (flags & MSG_WAITFORONE)
+            flags |= MSG_DONTWAIT;
+    }
+    return static_cast<int>(i);
+}
+
+/* ---- send -------------------------------------------------------------------------- */
+
+ssize_t write(int fd, const void *buf, size_t count) noexcept
+{
+    SocketRef s = offloaded_socket(fd);
+    if (!s)
+        return RS_REAL(write)(fd, buf, count);
+    iovec iov{const_cast<void *>(buf), count};
+    return tx(*s, fd, &iov, 1, 0);
+}
+
+ssize_t writev(int fd, const iovec *iov, int iovcnt) noexcept
+{
+    SocketRef s = offloaded_socket(fd);
+    if (!s)
+        return RS_REAL(writev)(fd, iov, iovcnt);
+    return tx(*s, fd, iov, iovcnt, 0);
+}
+
+ssize_t send(int fd, const void *buf, size_t len, int flags) noexcept
+{
+    SocketRef s = offloaded_socket(fd);
+    if (!s)
+        return RS_REAL(send)(fd, buf, len, flags);
+    iovec iov{const_cast<void *>(buf), len};
+    return tx(*s, fd, &iov, 1, flags);
+}
+
+ssize_t sendto(int fd, const void *buf, size_t len, int flags, const sockaddr *addr,
+               socklen_t alen) noexcept
+{
+    SocketRef s = offloaded_socket(fd);
+    if (!s)
+        return RS_REAL(sendto)(fd, buf, len, flags, addr, alen);
+    iovec iov{const_cast<void *>(buf), len};
+    return tx(*s, fd, &iov, 1, flags);  // a connected TCP socket ignores the address
+}
+
+ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept
+{
+    SocketRef s = offloaded_socket(fd);
+    if (!s)
+        return RS_REAL(sendmsg)(fd, msg, flags);
+    return ret(s->transport->sendmsg(fd, msg, flags));
+}
+
+int sendmmsg(int fd, mmsghdr *vec, unsigned int vlen, int flags) noexcept
+{
+    SocketRef s = offloaded_socket(fd);
+    if (!s)
+        return RS_REAL(sendmmsg)(fd, vec, vlen, flags);
+    unsigned i = 0;
+    for (; i < vlen; ++i) {
+        ssize_t r = s->transport->sendmsg(fd, &vec[i].msg_hdr, flags);
+        if (r < 0) {
+            if (i == 0)
+                return static_cast<int>(ret(r));
+            break;
+        }
+        vec[i].msg_len = static_cast<unsigned>(r);
+    }
+    return static_cast<int>(i);
+}
+
+namespace {
+// sendfile onto an offloaded socket: read the file in chunks and send them.
+template <class Off>
+ssize_t sendfile_copy(Socket &s, int out_fd, int in_fd, Off *offset, size_t count) noexcept
+{
+    char buf[16384];
+    size_t done = 0;
+    off_t pos = offset != nullptr ? static_cast<off_t>(*offset) : 0;
+    while (done < count) {
+        size_t want = count - done < sizeof buf ? count - done : sizeof buf;
+        ssize_t n = offset != nullptr ? pread(in_fd, buf, want, pos + static_cast<off_t>(done))
+                                      : RS_REAL(read)(in_fd, buf, want);
+        if (n <= 0) {
+            if (n < 0 && done == 0)
+                return -1;
+            break;
+        }
+        iovec iov{buf, static_cast<size_t>(n)};
+        ssize_t w = tx(s, out_fd, &iov, 1, 0);
+        if (w < 0) {
+            if (offset == nullptr)  // give back what we read but could not send
+                lseek(in_fd, -static_cast<off_t>(n), SEEK_CUR);
+            if (done == 0)
+                return -1;
+            break;
+        }
+        done += static_cast<size_t>(w);
+        if (w < n) {
+            if (offset == nullptr)
+                lseek(in_fd, -static_cast<off_t>(n - w), SEEK_CUR);
+            break;
+        }
+    }
+    if (offset != nullptr)
+        *offset = static_cast<Off>(pos + static_cast<off_t>(done));
+    return static_cast<ssize_t>(done);
+}
+}  // namespace
+
+ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count) noexcept
+{
+    SocketRef s = offloaded_socket(out_fd);
+    if (!s)
+        return RS_REAL(sendfile)(out_fd, in_fd, offset, count);
+    return sendfile_copy(*s, out_fd, in_fd, offset, count);
+}
+
+ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count) noexcept
+{
+    SocketRef s = offloaded_socket(out_fd);
+    if (!s)
+        return RS_REAL(sendfile64)(out_fd, in_fd, offset, count);
+    return sendfile_copy(*s, out_fd, in_fd, offset, count);
+}
+
+/* ---- teardown and descriptor management -------------------------------------------- */
+
+int close(int fd) noexcept
+{
+    SocketRef s = fdt::remove(fd);
+    if (s && s->drop_fd())
+        log_close(fd, *s, capture(fd, *s));
+    log::on_fd_closed(fd);
+    return RS_REAL(close)(fd);
+}
+
+int shutdown(int fd, int how) noexcept
+{
+    SocketRef s = offloaded_socket(fd);
+    if (!s)
+        return RS_REAL(shutdown)(fd, how);
+    return static_cast<int>(ret(s->transport->shutdown(fd, how)));
+}
+
+int dup(int fd) noexcept
+{
+    int r = RS_REAL(dup)(fd);
+    if (r >= 0) {
+        ErrnoGuard g;
+        after_dup(fd, r, nullptr);
+    }
+    return r;
+}
+
+int dup2(int fd, int fd2) noexcept
+{
+    if (fd == fd2)
+        return RS_REAL(dup2)(fd, fd2);
+    Victim v = prepare_victim(fd2);
+    int r = RS_REAL(dup2)(fd, fd2);
+    if (r >= 0) {
+        ErrnoGuard g;
+        after_dup(fd, r, &v);
+    }
+    return r;
+}
+
+int dup3(int fd, int fd2, int flags) noexcept
+{
+    if (fd == fd2)
+        return RS_REAL(dup3)(fd, fd2, flags);  // EINVAL, as the kernel says
+    Victim v = prepare_victim(fd2);
+    int r = RS_REAL(dup3)(fd, fd2, flags);
+    if (r >= 0) {
+        ErrnoGuard g;
+        after_dup(fd, r, &v);
+    }
+    return r;
+}
+
+int fcntl(int fd, int cmd, void *arg) noexcept
+{
+    int r = RS_REAL(fcntl)(fd, cmd, arg);
+    if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
+        ErrnoGuard g;
+        after_dup(fd, r, nullptr);
+    }
+    return r;
+}
+
+int ioctl(int fd, unsigned long request, void *arg) noexcept
+{
+    return RS_REAL(ioctl)(fd, request, arg);
+}
+
+/* ---- options and names: the kernel TCP socket is the connection's identity ---------- */
+
+int getsockopt(int fd, int level, int name, void *val, socklen_t *len) noexcept
+{
+    return RS_REAL(getsockopt)(fd, level, name, val, len);
+}
+
+int setsockopt(int fd, int level, int name, const void *val, socklen_t len) noexcept
+{
+    return RS_REAL(setsockopt)(fd, level, name, val, len);
+}
+
+int getsockname(int fd, sockaddr *addr, socklen_t *len) noexcept
+{
+    return RS_REAL(getsockname)(fd, addr, len);
+}
+
+int getpeername(int fd, sockaddr *addr, socklen_t *len) noexcept
+{
+    return RS_REAL(getpeername)(fd, addr, len);
+}
+
+/* ---- wait primitives: the readiness layer ------------------------------------------ */
+
+int poll(pollfd *fds, nfds_t nfds, int timeout) noexcept
+{
+    return readiness::poll(fds, nfds, timeout);
+}
+
+int __poll_chk(pollfd *fds, nfds_t nfds, int timeout, size_t fdslen) noexcept
+{
+    if (fdslen / sizeof *fds < nfds)
+        __chk_fail();
+    return readiness::poll(fds, nfds, timeout);
+}
+
+int ppoll(pollfd *fds, nfds_t nfds, const timespec *tmo, const sigset_t *mask) noexcept
+{
+    return readiness::ppoll(fds, nfds, tmo, mask);
+}
+
+int __ppoll_chk(pollfd *fds, nfds_t nfds, const timespec *tmo, const sigset_t *mask,
+                size_t fdslen) noexcept
+{
+    if (fdslen / sizeof *fds < nfds)
+        __chk_fail();
+    return readiness::ppoll(fds, nfds, tmo, mask);
+}
+
+int select(int nfds, fd_set *r, fd_set *w, fd_set *e, timeval *tmo) noexcept
+{
+    return readiness::select(nfds, r, w, e, tmo);
+}
+
+int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const timespec *tmo,
+            const sigset_t *mask) noexcept
+{
+    return readiness::pselect(nfds, r, w, e, tmo, mask);
+}
+
+int epoll_create(int size) noexcept { return RS_REAL(epoll_create)(size); }
+
+int epoll_create1(int flags) noexcept { return RS_REAL(epoll_create1)(flags); }
+
+int epoll_ctl(int epfd, int op, int fd, epoll_event *ev) noexcept
+{
+    return readiness::epoll_ctl(epfd, op, fd, ev);
+}
+
+int epoll_wait(int epfd, epoll_event *ev, int maxev, int timeout) noexcept
+{
+    return readiness::epoll_wait(epfd, ev, maxev, timeout);
+}
+
+int epoll_pwait(int epfd, epoll_event *ev, int maxev, int timeout, const sigset_t *mask) noexcept
+{
+    return readiness::epoll_pwait(epfd, ev, maxev, timeout, mask);
+}
+
+int epoll_pwait2(int epfd, epoll_event *ev, int maxev, const timespec *tmo,
+                 const sigset_t *mask) noexcept
+{
+    return readiness::epoll_pwait2(epfd, ev, maxev, tmo, mask);
+}
+
+/* ---- process lifecycle ------------------------------------------------------------- */
+
+pid_t fork() noexcept
+{
+    pid_t r = RS_REAL(fork)();
+    if (r == 0)
+        rt::after_fork_child();
+    return r;
+}
+
+// A vfork child shares the parent's stack: returning from this wrapper in the child
+// would corrupt the parent's frame.  vfork is therefore a fork here (POSIX allows a
+// conforming vfork child to run as a fork child; the only difference is speed).
+pid_t vfork() noexcept { return hook::fork(); }
+
+}  // namespace rdmasock::hook

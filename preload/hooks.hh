@@ -1,0 +1,30 @@
+// The hooks behind the wrappers: rdmasock::hook::NAME for every RS_DATA and RS_HOOK
+// symbol (and the hand-written variadic ones).  Hooks set errno like the call they
+// replace; nothing they call throws.
+#pragma once
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace rdmasock::hook {
+
+#define RS_DATA(ret, name, params, args, fd) ret name params noexcept;
+#define RS_HOOK(ret, name, params, args) ret name params noexcept;
+#define RS_VA(ret, name, params)
+#include "symbols.def"
+#undef RS_DATA
+#undef RS_HOOK
+#undef RS_VA
+
+int fcntl(int fd, int cmd, void *arg) noexcept;
+int ioctl(int fd, unsigned long request, void *arg) noexcept;
+
+}  // namespace rdmasock::hook

@@ -1,0 +1,125 @@
+#include "config/config.hh"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace rdmasock {
+
+namespace {
+
+const char *const kLevels[] = {"error", "warn", "info", "debug", "trace"};
+
+const TunableInfo kTunables[] = {
+#define RS_KIND_Bool "bool"
+#define RS_KIND_Int "int"
+#define RS_KIND_Level "level"
+#define RS_KIND_String "string"
+#define RS_TUNABLE(field, env, kind, def, min, max, doc) {env, RS_KIND_##kind, #def, min, max, doc},
+#include "config/tunables.def"
+#undef RS_TUNABLE
+};
+
+bool parse_long(const char *s, long *out)
+{
+    if (*s == '\0')
+        return false;
+    errno = 0;
+    char *end = nullptr;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return false;
+    *out = v;
+    return true;
+}
+
+void warn_bad(Warner warn, void *ctx, const char *env, const char *value, const char *expected,
+              const char *def)
+{
+    char line[512];
+    snprintf(line, sizeof line, "ignoring %s=\"%.200s\": expected %s; using the default (%s)", env,
+             value, expected, def);
+    warn(line, ctx);
+}
+
+bool set(bool &field, const char *env, const char *v, long, long, Warner warn, void *ctx)
+{
+    if (!strcmp(v, "1") || !strcasecmp(v, "yes") || !strcasecmp(v, "on") || !strcasecmp(v, "true"))
+        field = true;
+    else if (!strcmp(v, "0") || !strcasecmp(v, "no") || !strcasecmp(v, "off") ||
+             !strcasecmp(v, "false"))
+        field = false;
+    else {
+        warn_bad(warn, ctx, env, v, "0 or 1", field ? "1" : "0");
+        return false;
+    }
+    return true;
+}
+
+bool set(long &field, const char *env, const char *v, long min, long max, Warner warn, void *ctx)
+{
+    long x;
+    if (!parse_long(v, &x) || x < min || x > max) {
+        char expected[96], def[32];
+        snprintf(expected, sizeof expected, "an integer from %ld to %ld", min, max);
+        snprintf(def, sizeof def, "%ld", field);
+        warn_bad(warn, ctx, env, v, expected, def);
+        return false;
+    }
+    field = x;
+    return true;
+}
+
+bool set(int &field, const char *env, const char *v, long, long, Warner warn, void *ctx)
+{
+    int l = parse_level(v);
+    if (l < 0) {
+        warn_bad(warn, ctx, env, v, "error, warn, info, debug or trace", level_name(field));
+        return false;
+    }
+    field = l;
+    return true;
+}
+
+bool set(std::string &field, const char *, const char *v, long, long, Warner, void *)
+{
+    field = v;
+    return true;
+}
+
+}  // namespace
+
+const char *level_name(int level) noexcept
+{
+    return level >= 0 && level <= 4 ? kLevels[level] : "?";
+}
+
+int parse_level(const char *s) noexcept
+{
+    for (int i = 0; i <= 4; ++i)
+        if (!strcasecmp(s, kLevels[i]))
+            return i;
+    if (s[0] >= '0' && s[0] <= '4' && s[1] == '\0')
+        return s[0] - '0';
+    return -1;
+}
+
+const TunableInfo *tunables(unsigned *count) noexcept
+{
+    *count = sizeof kTunables / sizeof kTunables[0];
+    return kTunables;
+}
+
+Config load_config(EnvGetter get, void *get_ctx, Warner warn, void *warn_ctx)
+{
+    Config c;
+#define RS_TUNABLE(field, env, kind, def, min, max, doc)                                          \
+    if (const char *v = get(env, get_ctx))                                                        \
+        set(c.field, env, v, min, max, warn, warn_ctx);
+#include "config/tunables.def"
+#undef RS_TUNABLE
+    return c;
+}
+
+}  // namespace rdmasock

@@ -1,0 +1,86 @@
+// Kernel TCP: the connection's bytes stay on the kernel socket.
+#include <cstddef>
+#include <errno.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+
+#include "core/real.hh"
+#include "transport/transport.hh"
+
+// struct tcp_info with tcpi_bytes_acked/received (glibc's netinet/tcp.h lacks them).
+#include <linux/tcp.h>
+
+namespace rdmasock {
+
+namespace {
+
+class KernelTcp final : public Transport {
+public:
+    const char *name() const noexcept override { return "tcp"; }
+
+    ssize_t recvmsg(int fd, msghdr *msg, int flags) noexcept override
+    {
+        ssize_t r = RS_REAL(recvmsg)(fd, msg, flags);
+        return r < 0 ? -errno : r;
+    }
+
+    ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept override
+    {
+        ssize_t r = RS_REAL(sendmsg)(fd, msg, flags);
+        return r < 0 ? -errno : r;
+    }
+
+    int shutdown(int fd, int how) noexcept override
+    {
+        return RS_REAL(shutdown)(fd, how) < 0 ? -errno : 0;
+    }
+
+    unsigned poll_mask(int fd) noexcept override
+    {
+        pollfd p{fd, POLLIN | POLLOUT | POLLRDHUP, 0};
+        return RS_REAL(poll)(&p, 1, 0) > 0 ? static_cast<unsigned>(p.revents) : 0;
+    }
+
+    // What the application wrote and read, from the kernel's own counters, so the data
+    // path pays nothing: data bytes transmitted (less retransmissions) plus bytes not
+    // yet transmitted; data bytes received (the kernel counts a received FIN as one)
+    // less bytes not yet read.
+    Counters counters(int fd) noexcept override
+    {
+        Counters c;
+        tcp_info ti{};
+        socklen_t len = sizeof ti;
+        int saved = errno;
+        if (RS_REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+            len >= offsetof(tcp_info, tcpi_bytes_retrans) + sizeof ti.tcpi_bytes_retrans) {
+            int unsent = 0, unread = 0;
+            if (RS_REAL(ioctl)(fd, SIOCOUTQNSD, &unsent) < 0)
+                unsent = 0;
+            if (RS_REAL(ioctl)(fd, SIOCINQ, &unread) < 0)
+                unread = 0;
+            c.bytes_sent = ti.tcpi_bytes_sent - ti.tcpi_bytes_retrans + static_cast<uint64_t>(unsent);
+            uint64_t rcvd = ti.tcpi_bytes_received;
+            // States reached only after the peer's FIN (include/net/tcp_states.h).
+            enum { kTimeWait = 6, kCloseWait = 8, kLastAck = 9, kClosing = 11 };
+            bool fin_in = ti.tcpi_state == kCloseWait || ti.tcpi_state == kLastAck ||
+                          ti.tcpi_state == kClosing || ti.tcpi_state == kTimeWait;
+            if (fin_in && rcvd > 0)
+                rcvd -= 1;
+            c.bytes_received = rcvd > static_cast<uint64_t>(unread) ? rcvd - unread : 0;
+        }
+        errno = saved;
+        return c;
+    }
+
+    void destroy() noexcept override {}
+};
+
+KernelTcp g_kernel_tcp;
+
+}  // namespace
+
+Transport &kernel_tcp() noexcept { return g_kernel_tcp; }
+
+}  // namespace rdmasock

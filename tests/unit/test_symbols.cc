@@ -1,0 +1,63 @@
+// The one symbol list against the built library: every listed symbol is exported,
+// and nothing else is.
+#include <dlfcn.h>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+
+#include <boost/test/unit_test.hpp>
+
+namespace {
+std::set<std::string> listed_symbols()
+{
+    std::ifstream in(RDMASOCK_SYMBOLS_DEF);
+    std::set<std::string> names;
+    std::regex entry(R"(^RS_(DATA|HOOK|VA)\([^,]*,\s*([A-Za-z_0-9]+),)");
+    std::string line;
+    while (std::getline(in, line)) {
+        std::smatch m;
+        if (std::regex_search(line, m, entry))
+            BOOST_CHECK_MESSAGE(names.insert(m[2]).second, "declared twice: " << m[2]);
+    }
+    return names;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(symbols)
+
+BOOST_AUTO_TEST_CASE(the_list_covers_the_socket_api_and_wait_primitives)
+{
+    auto names = listed_symbols();
+    for (const char *must :
+         {"socket", "socketpair", "bind", "listen", "accept", "accept4", "connect", "read", "readv",
+          "write", "writev", "recv", "recvfrom", "recvmsg", "recvmmsg", "send", "sendto", "sendmsg",
+          "sendmmsg", "sendfile", "sendfile64", "close", "shutdown", "dup", "dup2", "dup3", "fcntl",
+          "fcntl64", "ioctl", "getsockopt", "setsockopt", "getsockname", "getpeername", "poll",
+          "ppoll", "select", "pselect", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait",
+          "epoll_pwait", "epoll_pwait2", "fork", "vfork", "__read_chk", "__recv_chk",
+          "__recvfrom_chk", "__poll_chk", "__ppoll_chk"})
+        BOOST_CHECK_MESSAGE(names.count(must), "not interposed: " << must);
+}
+
+BOOST_AUTO_TEST_CASE(the_library_exports_exactly_the_list)
+{
+    void *h = dlopen(RDMASOCK_BUILD_LIB, RTLD_NOW | RTLD_LOCAL);
+    BOOST_REQUIRE_MESSAGE(h != nullptr, "dlopen: " << dlerror());
+    auto names = listed_symbols();
+    for (const auto &n : names) {
+        void *p = dlsym(h, n.c_str());
+        BOOST_CHECK_MESSAGE(p != nullptr, "not exported: " << n);
+        Dl_info info{};
+        if (p && dladdr(p, &info))
+            BOOST_CHECK_MESSAGE(std::string(info.dli_fname).find("librdmasock") != std::string::npos,
+                                n << " resolves outside the library");
+    }
+    // Internal symbols stay hidden (version script `local: *`, -fvisibility=hidden).
+    for (const char *hidden : {"_ZN8rdmasock2rt15ensure_startedEv", "_ZN8rdmasock4real1gE",
+                               "_ZN8rdmasock3fdt5g_topE", "rdmasock_load"})
+        BOOST_CHECK_MESSAGE(dlsym(h, hidden) == nullptr, "exported but internal: " << hidden);
+    dlclose(h);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

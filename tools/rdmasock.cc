@@ -1,0 +1,215 @@
+// rdmasock: run a program with librdmasock.so preloaded.
+//
+//   rdmasock [options] PROGRAM [ARGS...]
+//
+// Adds the library to LD_PRELOAD (keeping what is there), sets the RDMASOCK_*
+// variables the options ask for, and execs PROGRAM.
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unistd.h>
+
+#include "config.h"
+#include "config/config.hh"
+#include "core/reason.hh"
+
+#ifndef RDMASOCK_LIBDIR
+#define RDMASOCK_LIBDIR "/usr/lib/rdmasock"
+#endif
+
+namespace {
+
+const char *const kLibName = "librdmasock.so";
+
+std::string default_for(const rdmasock::TunableInfo &t)
+{
+    if (!strcmp(t.kind, "level"))
+        return rdmasock::level_name(atoi(t.def));
+    if (!strcmp(t.kind, "string"))
+        return "(unset)";
+    return t.def;
+}
+
+void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: rdmasock [OPTIONS] PROGRAM [ARGS...]\n"
+            "Run PROGRAM with librdmasock.so preloaded: its TCP connections to peers that also\n"
+            "run rdmasock move onto RDMA; everything else stays kernel TCP.\n"
+            "\n"
+            "Options:\n"
+            "  -d, --debug            same as --log-level=debug\n"
+            "  -v, --verbose          same as --log-level=info (one line per closed connection)\n"
+            "  -l, --log-level LEVEL  error, warn, info, debug or trace\n"
+            "  -o, --log-file FILE    append log lines to FILE instead of standard error\n"
+            "  -n, --disable          load the library but offload nothing (RDMASOCK_ENABLE=0)\n"
+            "      --lib PATH         use this librdmasock.so\n"
+            "      --print-lib        print the library path that would be preloaded, and exit\n"
+            "  -h, --help             show this help and exit\n"
+            "  -V, --version          show the version and exit\n"
+            "\n"
+            "Environment (each option above sets one of these; they can also be set directly):\n");
+    unsigned n = 0;
+    const rdmasock::TunableInfo *t = rdmasock::tunables(&n);
+    for (unsigned i = 0; i < n; ++i) {
+        std::string range;
+        if (!strcmp(t[i].kind, "int"))
+            range = ", " + std::to_string(t[i].min) + ".." + std::to_string(t[i].max);
+        fprintf(out, "  %-28s %s (%s%s, default %s)\n", t[i].env, t[i].doc, t[i].kind,
+                range.c_str(), default_for(t[i]).c_str());
+    }
+    fprintf(out, "  %-28s %s\n", "RDMASOCK_LIB", "path of librdmasock.so for this launcher");
+    fprintf(out, "\nSee rdmasock(1) and rdmasock(7).\n");
+}
+
+// roff for the man page's ENVIRONMENT and FALLBACK REASONS sections (build time).
+void man_sections()
+{
+    unsigned n = 0;
+    const rdmasock::TunableInfo *t = rdmasock::tunables(&n);
+    printf(".SH ENVIRONMENT\n");
+    for (unsigned i = 0; i < n; ++i) {
+        printf(".TP\n.B %s\n%s.\nType %s", t[i].env, t[i].doc, t[i].kind);
+        if (!strcmp(t[i].kind, "int"))
+            printf(", %ld to %ld", t[i].min, t[i].max);
+        printf("; default %s.\n", default_for(t[i]).c_str());
+    }
+    printf(".PP\nA malformed or out-of-range value produces one warning line and the default.\n"
+           "In secure-execution mode (setuid or file-capability programs) no variable is read\n"
+           "and the library is a pure pass-through.\n");
+    printf(".SH FALLBACK REASONS\nEvery TCP connection that is not on RDMA carries one of these "
+           "codes (reason=CODE):\n");
+    for (unsigned i = 0; i < rdmasock::kReasonCount; ++i) {
+        auto r = static_cast<rdmasock::Reason>(i);
+        printf(".TP\n.B %s\n%s.\n", rdmasock::reason_code(r), rdmasock::reason_doc(r));
+    }
+}
+
+bool exists(const std::string &p) { return access(p.c_str(), R_OK) == 0; }
+
+// The library next to a build-tree launcher, else the installed one.
+std::string find_lib()
+{
+    if (const char *e = getenv("RDMASOCK_LIB"); e && *e)
+        return e;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        std::string dir(self);
+        dir.erase(dir.rfind('/'));
+        for (const char *rel : {"/../.libs/", "/../lib/rdmasock/"}) {
+            std::string p = dir + rel + kLibName;
+            if (exists(p)) {
+                char real[PATH_MAX];
+                return realpath(p.c_str(), real) ? std::string(real) : p;
+            }
+        }
+    }
+    return std::string(RDMASOCK_LIBDIR) + "/" + kLibName;
+}
+
+bool need_arg(int i, int argc, const char *opt)
+{
+    if (i + 1 < argc)
+        return true;
+    fprintf(stderr, "rdmasock: option %s needs an argument\n", opt);
+    return false;
+}
+
+}  // namespace
+
+int main(int argc, char **argv)
+{
+    std::string lib;
+    int i = 1;
+    for (; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--") {
+            ++i;
+            break;
+        }
+        if (a.empty() || a[0] != '-')
+            break;
+        std::string val;
+        bool has_val = false;
+        auto eq = a.find('=');
+        if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
+            val = a.substr(eq + 1);
+            a = a.substr(0, eq);
+            has_val = true;
+        }
+        auto take = [&](std::string &out) {
+            if (has_val) {
+                out = val;
+                return true;
+            }
+            if (!need_arg(i, argc, a.c_str()))
+                return false;
+            out = argv[++i];
+            return true;
+        };
+        if (a == "-h" || a == "--help") {
+            usage(stdout);
+            return 0;
+        } else if (a == "-V" || a == "--version") {
+            printf("rdmasock %s\n", PACKAGE_VERSION);
+            return 0;
+        } else if (a == "--man-sections") {
+            man_sections();
+            return 0;
+        } else if (a == "-d" || a == "--debug") {
+            setenv("RDMASOCK_LOG_LEVEL", "debug", 1);
+        } else if (a == "-v" || a == "--verbose") {
+            setenv("RDMASOCK_LOG_LEVEL", "info", 1);
+        } else if (a == "-n" || a == "--disable") {
+            setenv("RDMASOCK_ENABLE", "0", 1);
+        } else if (a == "-l" || a == "--log-level") {
+            std::string v;
+            if (!take(v))
+                return 2;
+            if (rdmasock::parse_level(v.c_str()) < 0) {
+                fprintf(stderr, "rdmasock: bad log level '%s' (error, warn, info, debug, trace)\n",
+                        v.c_str());
+                return 2;
+            }
+            setenv("RDMASOCK_LOG_LEVEL", v.c_str(), 1);
+        } else if (a == "-o" || a == "--log-file") {
+            std::string v;
+            if (!take(v))
+                return 2;
+            setenv("RDMASOCK_LOG_FILE", v.c_str(), 1);
+        } else if (a == "--lib") {
+            if (!take(lib))
+                return 2;
+        } else if (a == "--print-lib") {
+            printf("%s\n", (lib.empty() ? find_lib() : lib).c_str());
+            return 0;
+        } else {
+            fprintf(stderr, "rdmasock: unknown option '%s' (see rdmasock --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    if (lib.empty())
+        lib = find_lib();
+    if (!exists(lib)) {
+        fprintf(stderr, "rdmasock: %s: %s\n", lib.c_str(), strerror(errno));
+        return 127;
+    }
+    std::string preload = lib;
+    if (const char *old = getenv("LD_PRELOAD"); old && *old) {
+        std::string o = old;
+        preload = o.find(lib) != std::string::npos ? o : o + ":" + lib;
+    }
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+    execvp(argv[i], argv + i);
+    fprintf(stderr, "rdmasock: cannot run %s: %s\n", argv[i], strerror(errno));
+    return errno == ENOENT ? 127 : 126;
+}
