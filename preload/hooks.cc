@@ -11,10 +11,12 @@
 #include <sys/ioctl.h>
 
 #include "core/fd_table.hh"
+#include "core/offload.hh"
 #include "core/readiness.hh"
 #include "core/real.hh"
 #include "core/runtime.hh"
 #include "log/log.hh"
+#include "transport/rdma_conn.hh"
 #include "transport/transport.hh"
 
 extern "C" void __chk_fail(void) __attribute__((noreturn));
@@ -220,8 +222,12 @@ int listen(int fd, int backlog) noexcept
 {
     int r = RS_REAL(listen)(fd, backlog);
     if (r == 0)
-        if (SocketRef s = fdt::get(fd))
+        if (SocketRef s = fdt::get(fd)) {
+            ErrnoGuard g;
             s->role = Role::listener;
+            if (!s->listener)
+                offload::on_listen(fd, *s);
+        }
     return r;
 }
 
@@ -240,6 +246,8 @@ int accepted(int lfd, int fd) noexcept
     socklen_t len = sizeof s->peer;
     s->has_peer = RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&s->peer), &len) == 0;
     s->reason.store(rt::default_reason(), std::memory_order_relaxed);
+    if (s->has_peer)
+        offload::on_accept(*ls, fd, *s);
     return fd;
 }
 }  // namespace
@@ -262,11 +270,32 @@ int connect(int fd, const sockaddr *addr, socklen_t len) noexcept
     SocketRef s = fdt::get(fd);
     if (!s || addr == nullptr)
         return r;
+    ErrnoGuard g;
     s->role = Role::client;
     size_t n = len < sizeof s->peer ? len : sizeof s->peer;
     memcpy(&s->peer, addr, n);
     s->has_peer = true;
     s->reason.store(rt::default_reason(), std::memory_order_relaxed);
+    if (rt::default_reason() != Reason::not_implemented)
+        return r;  // no device, or disabled: nothing to negotiate
+    bool connected = r == 0;
+    if (!connected) {
+        // Nonblocking connect: give the handshake up to the probe timeout, so the
+        // negotiation can run before the program sees the socket writable.  Nothing
+        // here reads SO_ERROR (that would clear a pending error).
+        pollfd p{fd, POLLOUT, 0};
+        int pr = RS_REAL(poll)(&p, 1, static_cast<int>(rt::config().probe_timeout_ms));
+        sockaddr_storage peer{};
+        socklen_t pl = sizeof peer;
+        connected = pr == 1 && !(p.revents & (POLLERR | POLLHUP)) &&
+                    RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&peer), &pl) == 0;
+        if (pr == 0)
+            s->reason.store(Reason::timeout, std::memory_order_relaxed);
+        else if (!connected)
+            s->reason.store(Reason::not_connected, std::memory_order_relaxed);
+    }
+    if (connected)
+        offload::client_negotiate(fd, *s);
     return r;
 }
 
@@ -490,8 +519,13 @@ ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count) noexcep
 int close(int fd) noexcept
 {
     SocketRef s = fdt::remove(fd);
-    if (s && s->drop_fd())
-        log_close(fd, *s, capture(fd, *s));
+    if (s && s->drop_fd()) {
+        ErrnoGuard g;
+        CloseInfo ci = capture(fd, *s);
+        offload::on_close(fd, *s);
+        log_close(fd, *s, ci);
+    }
+    readiness::on_close(fd);
     log::on_fd_closed(fd);
     return RS_REAL(close)(fd);
 }
@@ -552,6 +586,18 @@ int fcntl(int fd, int cmd, void *arg) noexcept
 
 int ioctl(int fd, unsigned long request, void *arg) noexcept
 {
+    SocketRef s = offloaded_socket(fd);
+    auto *c = s ? static_cast<Conn *>(s->transport) : nullptr;
+    if (c == nullptr || c->phase() != Conn::Phase::rdma || arg == nullptr)
+        return RS_REAL(ioctl)(fd, request, arg);
+    if (request == FIONREAD) {  // == SIOCINQ
+        *static_cast<int *>(arg) = c->bytes_readable();
+        return 0;
+    }
+    if (request == TIOCOUTQ) {  // == SIOCOUTQ
+        *static_cast<int *>(arg) = c->bytes_unacked();
+        return 0;
+    }
     return RS_REAL(ioctl)(fd, request, arg);
 }
 
@@ -645,8 +691,17 @@ int epoll_pwait2(int epfd, epoll_event *ev, int maxev, const timespec *tmo,
 pid_t fork() noexcept
 {
     pid_t r = RS_REAL(fork)();
-    if (r == 0)
+    if (r == 0) {
+        ErrnoGuard g;
         rt::after_fork_child();
+        offload::after_fork_child();
+        // Offloaded connections belong to the process that made them: in the child
+        // they report ECONNRESET (documented in rdmasock(7), FORK).
+        fdt::for_each([](int, const SocketRef &s) {
+            if (s->transport != nullptr)
+                static_cast<Conn *>(s->transport)->after_fork_child();
+        });
+    }
     return r;
 }
 

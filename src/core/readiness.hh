@@ -11,6 +11,10 @@
 #include <sys/select.h>
 #include <time.h>
 
+namespace rdmasock {
+class Conn;
+}
+
 namespace rdmasock::readiness {
 
 int poll(pollfd *fds, nfds_t nfds, int timeout_ms) noexcept;
@@ -23,5 +27,13 @@ int epoll_wait(int epfd, epoll_event *ev, int maxev, int timeout_ms) noexcept;
 int epoll_pwait(int epfd, epoll_event *ev, int maxev, int timeout_ms, const sigset_t *mask) noexcept;
 int epoll_pwait2(int epfd, epoll_event *ev, int maxev, const timespec *tmo,
                  const sigset_t *mask) noexcept;
+
+// A server connection switched to RDMA: move its epoll registrations from the TCP fd
+// onto its shadow eventfds.
+void on_switch_to_rdma(int fd, Conn &c) noexcept;
+// A connection decided on TCP: its registrations stay with the kernel; forget them.
+void on_decided_tcp(int fd) noexcept;
+// close(fd), for every fd: drop what the readiness layer holds for it.
+void on_close(int fd) noexcept;
 
 }  // namespace rdmasock::readiness

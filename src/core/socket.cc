@@ -117,6 +117,8 @@ SocketRef Socket::create(int domain, int type) noexcept
     s->peer = {};
     s->has_peer = false;
     s->transport = nullptr;
+    s->listener.reset();
+    s->listener_pid = 0;
     s->id = g_next_id.fetch_add(1, std::memory_order_relaxed);
     s->fds_.store(0, std::memory_order_relaxed);
     s->offloaded_.store(false, std::memory_order_relaxed);
@@ -131,6 +133,7 @@ void Socket::recycle() noexcept
         transport = nullptr;
         t->destroy();
     }
+    listener.reset();
     offloaded_.store(false, std::memory_order_relaxed);
     g_pool.free(this);
 }

@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <sys/types.h>
 #include <sys/socket.h>
 
 #include "core/reason.hh"
@@ -61,6 +63,8 @@ public:
     sockaddr_storage peer{};
     bool has_peer = false;
     Transport *transport = nullptr;  // null: kernel TCP (the default transport)
+    std::shared_ptr<void> listener;  // the RDMA listener of a listening socket
+    pid_t listener_pid = 0;          // the process that opened it
     uint64_t id = 0;                 // process-unique connection id
 
 private:

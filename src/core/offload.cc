@@ -1,0 +1,848 @@
+#include "core/offload.hh"
+
+#include <arpa/inet.h>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "core/negotiate.hh"
+#include "core/real.hh"
+#include "core/runtime.hh"
+#include "log/log.hh"
+#include "rdma/owners.hh"
+#include "transport/rdma_conn.hh"
+
+namespace rdmasock::offload {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
+
+// A TCP connection's 4-tuple, as the client sees it: family, client address and port,
+// server address and port.  IPv4-mapped IPv6 addresses are folded to IPv4.
+using Key = std::array<uint8_t, 1 + 16 + 2 + 16 + 2>;
+
+void put_addr(uint8_t *out, const sockaddr *sa, uint8_t *fam) noexcept
+{
+    memset(out, 0, 18);
+    if (sa->sa_family == AF_INET) {
+        auto *a = reinterpret_cast<const sockaddr_in *>(sa);
+        memcpy(out, &a->sin_addr, 4);
+        memcpy(out + 16, &a->sin_port, 2);
+        *fam = 4;
+    } else if (sa->sa_family == AF_INET6) {
+        auto *a = reinterpret_cast<const sockaddr_in6 *>(sa);
+        if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+            memcpy(out, a->sin6_addr.s6_addr + 12, 4);
+            *fam = 4;
+        } else {
+            memcpy(out, &a->sin6_addr, 16);
+            *fam = 6;
+        }
+        memcpy(out + 16, &a->sin6_port, 2);
+    }
+}
+
+Key make_key(const sockaddr *client, const sockaddr *server) noexcept
+{
+    Key k{};
+    uint8_t f1 = 0, f2 = 0;
+    put_addr(k.data() + 1, client, &f1);
+    put_addr(k.data() + 19, server, &f2);
+    k[0] = f1;
+    return k;
+}
+
+// Tag in epoll data: pointer | kind.
+enum Kind : uint64_t { kCm = 1, kCmd = 2, kComp = 3, kTcp = 0 };
+
+// The client's view of one negotiation in flight.
+struct Attempt {
+    std::mutex mu;
+    std::condition_variable cv;
+    rdma_cm_event_type event = RDMA_CM_EVENT_ADDR_ERROR;
+    int status = 0;
+    bool fired = false;
+    uint8_t pdata[64] = {};
+    size_t plen = 0;
+};
+
+struct Parked {  // a connection request no accept() has claimed yet
+    std::shared_ptr<rdma::CmId> id;
+    neg::Hello hello;
+    Clock::time_point deadline;
+};
+
+struct Cached {
+    Reason reason;
+    Clock::time_point until;
+};
+
+class Engine {
+public:
+    bool start() noexcept;
+    bool running() const noexcept { return started_; }
+    std::shared_ptr<rdma::CmChannel> channel() const noexcept { return cm_; }
+
+    std::mutex mu;  // guards everything below
+    std::map<Conn *, std::shared_ptr<Conn>> conns;   // live connections with an id
+    std::map<Conn *, Attempt *> attempts;            // client negotiations in flight
+    std::map<Key, std::shared_ptr<Conn>> maybe;      // accepted, no request yet
+    std::map<Key, Parked> parked;                    // requests, not accepted yet
+    std::map<rdma_cm_id *, std::shared_ptr<rdma::CmId>> listeners;
+    std::map<std::array<uint8_t, 17>, Cached> negative;
+    std::vector<std::pair<std::shared_ptr<Conn>, Clock::time_point>> graveyard;
+    std::vector<Conn *> retiring;
+
+    void watch(Conn &c) noexcept;
+    void unwatch(Conn &c) noexcept;      // both fds (the TCP fd must still be open)
+    void unwatch_tcp(Conn &c) noexcept;  // before the program's close of the TCP fd
+    void unwatch_comp(Conn &c) noexcept;
+    void wake() noexcept
+    {
+        uint64_t one = 1;
+        ssize_t r = RS_REAL(write)(cmd_efd_, &one, sizeof one);
+        (void)r;
+    }
+    void accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept;
+
+private:
+    void loop() noexcept;
+    void on_cm_events() noexcept;
+    void handle(rdma_cm_event *ev) noexcept;
+    void timers() noexcept;
+    void reject(rdma_cm_id *id, Reason why) noexcept;
+
+    bool started_ = false;
+    int ep_ = -1;
+    int cmd_efd_ = -1;
+    std::shared_ptr<rdma::CmChannel> cm_;
+};
+
+Engine *g_engine = nullptr;
+std::mutex g_start_mu;
+
+Engine *engine() noexcept
+{
+    if (g_engine != nullptr && g_engine->running())
+        return g_engine;
+    std::lock_guard<std::mutex> lk(g_start_mu);
+    if (g_engine == nullptr)
+        g_engine = new (std::nothrow) Engine();
+    if (g_engine == nullptr || (!g_engine->running() && !g_engine->start()))
+        return nullptr;
+    return g_engine;
+}
+
+bool Engine::start() noexcept
+{
+    int err = 0;
+    cm_ = rdma::CmChannel::create(&err);
+    if (!cm_ || cm_->set_nonblocking() != 0)
+        return false;
+    ep_ = RS_REAL(epoll_create1)(EPOLL_CLOEXEC);
+    cmd_efd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (ep_ < 0 || cmd_efd_ < 0)
+        return false;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kCm;
+    RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, cm_->fd(), &ev);
+    ev.data.u64 = kCmd;
+    RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, cmd_efd_, &ev);
+    // The thread must not take the program's signals.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    try {
+        std::thread t([this] { loop(); });
+        pthread_setname_np(t.native_handle(), "rdmasock");
+        t.detach();
+    } catch (...) {
+        pthread_sigmask(SIG_SETMASK, &old, nullptr);
+        return false;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    started_ = true;
+    RS_DEBUG("progress thread started");
+    return true;
+}
+
+void Engine::watch(Conn &c) noexcept
+{
+    epoll_event ev{};
+    if (c.comp_fd() >= 0) {
+        ev.events = EPOLLIN;
+        ev.data.u64 = reinterpret_cast<uint64_t>(&c) | kComp;
+        RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, c.comp_fd(), &ev);
+    }
+    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+    ev.data.u64 = reinterpret_cast<uint64_t>(&c) | kTcp;
+    RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, c.tcp_fd(), &ev);
+}
+
+void Engine::unwatch(Conn &c) noexcept
+{
+    unwatch_comp(c);
+    unwatch_tcp(c);
+}
+
+void Engine::unwatch_tcp(Conn &c) noexcept
+{
+    RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_DEL, c.tcp_fd(), nullptr);
+}
+
+void Engine::unwatch_comp(Conn &c) noexcept
+{
+    if (c.comp_fd() >= 0)
+        RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_DEL, c.comp_fd(), nullptr);
+}
+
+void Engine::loop() noexcept
+{
+    epoll_event evs[64];
+    for (;;) {
+        int n = RS_REAL(epoll_wait)(ep_, evs, 64, 50);
+        for (int i = 0; i < n; ++i) {
+            uint64_t tag = evs[i].data.u64;
+            auto *c = reinterpret_cast<Conn *>(tag & ~uint64_t{3});
+            switch (tag & 3) {
+            case kCm:
+                if (c == nullptr)
+                    on_cm_events();
+                break;
+            case kCmd:
+                if (c == nullptr) {
+                    uint64_t v;
+                    ssize_t r = RS_REAL(read)(cmd_efd_, &v, sizeof v);
+                    (void)r;
+                }
+                break;
+            case kComp:
+                c->on_completion_event();
+                break;
+            case kTcp:
+                c->on_tcp_event(evs[i].events);
+                break;
+            }
+        }
+        timers();
+    }
+}
+
+void Engine::timers() noexcept
+{
+    auto now = Clock::now();
+    std::vector<std::shared_ptr<Conn>> drop;
+    std::vector<std::shared_ptr<rdma::CmId>> expired;
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        for (Conn *c : retiring) {
+            auto it = conns.find(c);
+            if (it == conns.end())
+                continue;
+            graveyard.emplace_back(it->second, now + Ms(rt::config().linger_ms));
+            conns.erase(it);
+        }
+        retiring.clear();
+        for (auto it = graveyard.begin(); it != graveyard.end();) {
+            if (it->first->peer_finished() || now >= it->second) {
+                unwatch_comp(*it->first);
+                drop.push_back(std::move(it->first));
+                it = graveyard.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        for (auto it = parked.begin(); it != parked.end();) {
+            if (now >= it->second.deadline) {
+                reject(it->second.id->get(), Reason::rejected);
+                expired.push_back(std::move(it->second.id));
+                it = parked.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        for (auto &kv : conns)
+            kv.second->on_timer(now);
+    }
+    // Destruction (rdma_destroy_id, dereg) outside the lock.
+    for (auto &c : drop)
+        if (c->cm_id())
+            rdma_disconnect(c->cm_id()->get());
+    drop.clear();
+    expired.clear();
+}
+
+void Engine::reject(rdma_cm_id *id, Reason why) noexcept
+{
+    uint8_t d[neg::kDeclineSize];
+    neg::encode_decline(why, d);
+    rdma_reject(id, d, sizeof d);
+}
+
+void Engine::on_cm_events() noexcept
+{
+    for (;;) {
+        rdma_cm_event *ev = nullptr;
+        if (rdma_get_cm_event(cm_->get(), &ev) != 0)
+            return;
+        handle(ev);
+    }
+}
+
+void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
+{
+    // mu held.
+    Reason r = c->create_resources(p.id, static_cast<unsigned>(__builtin_ctz(
+                                              static_cast<unsigned>(rt::config().ring_kb) * 1024u)));
+    if (r == Reason::none)
+        r = c->set_peer_ring(p.hello.ring);
+    if (r == Reason::none)
+        r = c->post_initial_receives();
+    if (r != Reason::none) {
+        reject(p.id->get(), r);
+        RS_DEBUG("declined an RDMA request: %s", reason_code(r));
+        return;
+    }
+    c->set_nonce(p.hello.nonce);
+    p.id->get()->context = c.get();
+    neg::Accept a;
+    a.ring = c->local_ring();
+    a.nonce = p.hello.nonce;
+    uint8_t pd[neg::kAcceptSize];
+    neg::encode(a, pd);
+    rdma_conn_param param{};
+    param.private_data = pd;
+    param.private_data_len = sizeof pd;
+    param.retry_count = 7;
+    param.rnr_retry_count = 7;
+    conns[c.get()] = c;
+    watch(*c);
+    if (rdma_accept(p.id->get(), &param) != 0) {
+        RS_DEBUG("rdma_accept: %s", strerror(errno));
+        unwatch(*c);
+        conns.erase(c.get());
+    }
+}
+
+void Engine::handle(rdma_cm_event *ev) noexcept
+{
+    // rdma_destroy_id waits until the id's events are acknowledged: ids are destroyed
+    // only after the rdma_ack_cm_event below.
+    std::shared_ptr<rdma::CmId> drop_after_ack;
+    rdma_cm_id *destroy_after_ack = nullptr;
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        rdma_cm_id *id = ev->id;
+        auto *c = static_cast<Conn *>(id->context);
+        switch (ev->event) {
+        case RDMA_CM_EVENT_CONNECT_REQUEST: {
+            auto lit = listeners.find(ev->listen_id);
+            neg::Hello h;
+            Reason r = lit == listeners.end()
+                           ? Reason::rejected
+                           : neg::decode(ev->param.conn.private_data, ev->param.conn.private_data_len, &h);
+            if (r != Reason::none) {
+                RS_DEBUG("RDMA request declined: %s", reason_code(r));
+                reject(id, r);
+                destroy_after_ack = id;
+                break;
+            }
+            // The 4-tuple the request claims, as the client sees it.
+            sockaddr_storage cl{}, sv{};
+            if (h.family == AF_INET) {
+                auto *a = reinterpret_cast<sockaddr_in *>(&cl);
+                a->sin_family = AF_INET;
+                memcpy(&a->sin_addr, &h.client_addr, 4);
+                a->sin_port = htons(h.client_port);
+            } else {
+                auto *a = reinterpret_cast<sockaddr_in6 *>(&cl);
+                a->sin6_family = AF_INET6;
+                a->sin6_addr = h.client_addr;
+                a->sin6_port = htons(h.client_port);
+            }
+            sockaddr *local = rdma_get_local_addr(id);
+            memcpy(&sv, local, local->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+            if (sv.ss_family == AF_INET)
+                reinterpret_cast<sockaddr_in *>(&sv)->sin_port = htons(h.server_port);
+            else
+                reinterpret_cast<sockaddr_in6 *>(&sv)->sin6_port = htons(h.server_port);
+            Key k = make_key(reinterpret_cast<sockaddr *>(&cl), reinterpret_cast<sockaddr *>(&sv));
+            int err = 0;
+            auto owned = rdma::CmId::adopt(id, cm_, &err);
+            if (!owned) {
+                reject(id, Reason::resource);
+                destroy_after_ack = id;
+                break;
+            }
+            id->context = nullptr;
+            Parked p{owned, h, Clock::now() + Ms(2 * rt::config().probe_timeout_ms + 100)};
+            auto mit = maybe.find(k);
+            if (mit != maybe.end() && mit->second->phase() == Conn::Phase::maybe) {
+                auto conn = mit->second;
+                maybe.erase(mit);
+                accept_request(conn, std::move(p));
+            } else if (parked.size() < 4096 && !parked.count(k)) {
+                parked.emplace(k, std::move(p));
+            } else {
+                reject(id, Reason::limit);
+                drop_after_ack = std::move(owned);
+            }
+            break;
+        }
+        case RDMA_CM_EVENT_ESTABLISHED:
+            if (c != nullptr) {
+                auto at = attempts.find(c);
+                if (at != attempts.end()) {
+                    Attempt *a = at->second;
+                    std::lock_guard<std::mutex> al(a->mu);
+                    a->event = ev->event;
+                    a->plen = ev->param.conn.private_data_len < sizeof a->pdata
+                                  ? ev->param.conn.private_data_len
+                                  : sizeof a->pdata;
+                    if (ev->param.conn.private_data)
+                        memcpy(a->pdata, ev->param.conn.private_data, a->plen);
+                    a->fired = true;
+                    a->cv.notify_all();
+                } else if (c->side() == Conn::Side::server) {
+                    c->server_established();
+                }
+            }
+            break;
+        case RDMA_CM_EVENT_ADDR_RESOLVED:
+        case RDMA_CM_EVENT_ROUTE_RESOLVED:
+        case RDMA_CM_EVENT_ADDR_ERROR:
+        case RDMA_CM_EVENT_ROUTE_ERROR:
+        case RDMA_CM_EVENT_REJECTED:
+        case RDMA_CM_EVENT_UNREACHABLE:
+        case RDMA_CM_EVENT_CONNECT_ERROR:
+            if (c != nullptr) {
+                auto at = attempts.find(c);
+                if (at != attempts.end()) {
+                    Attempt *a = at->second;
+                    std::lock_guard<std::mutex> al(a->mu);
+                    a->event = ev->event;
+                    a->status = ev->status;
+                    a->plen = 0;
+                    if (ev->event == RDMA_CM_EVENT_REJECTED && ev->param.conn.private_data) {
+                        a->plen = ev->param.conn.private_data_len < sizeof a->pdata
+                                      ? ev->param.conn.private_data_len
+                                      : sizeof a->pdata;
+                        memcpy(a->pdata, ev->param.conn.private_data, a->plen);
+                    }
+                    a->fired = true;
+                    a->cv.notify_all();
+                } else if (conns.count(c)) {
+                    c->abandon_rdma();
+                }
+            }
+            break;
+        case RDMA_CM_EVENT_DISCONNECTED:
+            if (c != nullptr && conns.count(c)) {
+                c->on_completion_event();  // take in what arrived before the disconnect
+                c->abandon_rdma();
+                rdma_disconnect(id);
+            }
+            break;
+        default:
+            break;
+        }
+    }
+    rdma_ack_cm_event(ev);
+    drop_after_ack.reset();
+    if (destroy_after_ack != nullptr)
+        rdma_destroy_id(destroy_after_ack);
+}
+
+Reason cached(const sockaddr *peer) noexcept
+{
+    Engine *e = g_engine;
+    if (e == nullptr)
+        return Reason::none;
+    std::array<uint8_t, 17> k{};
+    uint8_t tmp[18];
+    put_addr(tmp, peer, &k[0]);
+    memcpy(k.data() + 1, tmp, 16);
+    std::lock_guard<std::mutex> lk(e->mu);
+    auto it = e->negative.find(k);
+    if (it == e->negative.end())
+        return Reason::none;
+    if (Clock::now() >= it->second.until) {
+        e->negative.erase(it);
+        return Reason::none;
+    }
+    return it->second.reason;
+}
+
+void remember(const sockaddr *peer, Reason r) noexcept
+{
+    if (rt::config().neg_cache_ms <= 0 || g_engine == nullptr)
+        return;
+    std::array<uint8_t, 17> k{};
+    uint8_t tmp[18];
+    put_addr(tmp, peer, &k[0]);
+    memcpy(k.data() + 1, tmp, 16);
+    std::lock_guard<std::mutex> lk(g_engine->mu);
+    g_engine->negative[k] = Cached{r, Clock::now() + Ms(rt::config().neg_cache_ms)};
+}
+
+unsigned ring_log2() noexcept
+{
+    unsigned long bytes = static_cast<unsigned long>(rt::config().ring_kb) * 1024ul;
+    unsigned l = 0;
+    while ((2ul << l) <= bytes)
+        ++l;
+    if (l < neg::kMinRingLog2)
+        l = neg::kMinRingLog2;
+    if (l > neg::kMaxRingLog2)
+        l = neg::kMaxRingLog2;
+    return l;
+}
+
+// Wait for the next rdma_cm event of an attempt, until `deadline`.
+bool wait_event(Attempt &a, Clock::time_point deadline) noexcept
+{
+    std::unique_lock<std::mutex> lk(a.mu);
+    while (!a.fired)
+        if (a.cv.wait_until(lk, deadline) == std::cv_status::timeout)
+            return a.fired;
+    return true;
+}
+
+Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
+{
+    Engine *e = engine();
+    if (e == nullptr)
+        return Reason::resource;
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &ll) != 0 ||
+        RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&peer), &pl) != 0)
+        return Reason::not_connected;
+    if (Reason r = cached(reinterpret_cast<sockaddr *>(&peer)); r != Reason::none)
+        return r;
+    const auto deadline = Clock::now() + Ms(rt::config().probe_timeout_ms);
+
+    auto conn = std::make_shared<Conn>(Conn::Side::client, fd);
+    conn->set_self(conn);
+    conn->set_socket(&s);
+    Attempt attempt;
+    int err = 0;
+    auto id = rdma::CmId::create(e->channel(), conn.get(), RDMA_PS_TCP, &err);
+    if (!id)
+        return Reason::resource;
+    {
+        std::lock_guard<std::mutex> lk(e->mu);
+        e->attempts[conn.get()] = &attempt;
+    }
+    struct Unregister {
+        Engine *e;
+        Conn *c;
+        ~Unregister()
+        {
+            std::lock_guard<std::mutex> lk(e->mu);
+            e->attempts.erase(c);
+        }
+    } unregister{e, conn.get()};
+
+    auto step = [&](rdma_cm_event_type want) -> Reason {
+        if (!wait_event(attempt, deadline))
+            return Reason::timeout;
+        std::lock_guard<std::mutex> lk(attempt.mu);
+        attempt.fired = false;
+        if (attempt.event == want)
+            return Reason::none;
+        switch (attempt.event) {
+        case RDMA_CM_EVENT_ADDR_ERROR:
+            return Reason::not_rdma_addr;
+        case RDMA_CM_EVENT_ROUTE_ERROR:
+            return Reason::no_route;
+        case RDMA_CM_EVENT_REJECTED: {
+            Reason d = neg::decode_decline(attempt.pdata, attempt.plen);
+            return d == Reason::bad_message ? Reason::peer_no_rdmasock : d;
+        }
+        case RDMA_CM_EVENT_UNREACHABLE:
+            return Reason::timeout;
+        default:
+            return Reason::rejected;
+        }
+    };
+
+    // Peer port 0 is not meaningful for rdma_cm; use the TCP connection's addresses.
+    int tmo = static_cast<int>(rt::config().probe_timeout_ms);
+    sockaddr_storage src = local;
+    if (src.ss_family == AF_INET)
+        reinterpret_cast<sockaddr_in *>(&src)->sin_port = 0;
+    else
+        reinterpret_cast<sockaddr_in6 *>(&src)->sin6_port = 0;
+    if (rdma_resolve_addr(id->get(), reinterpret_cast<sockaddr *>(&src),
+                          reinterpret_cast<sockaddr *>(&peer), tmo) != 0)
+        return Reason::not_rdma_addr;
+    if (Reason r = step(RDMA_CM_EVENT_ADDR_RESOLVED); r != Reason::none)
+        return r;
+    if (rdma_resolve_route(id->get(), tmo) != 0)
+        return Reason::no_route;
+    if (Reason r = step(RDMA_CM_EVENT_ROUTE_RESOLVED); r != Reason::none)
+        return r;
+    if (Reason r = conn->create_resources(id, ring_log2()); r != Reason::none)
+        return r;
+    if (Reason r = conn->post_initial_receives(); r != Reason::none)
+        return r;
+
+    neg::Hello h;
+    h.family = local.ss_family == AF_INET6 &&
+                       !IN6_IS_ADDR_V4MAPPED(&reinterpret_cast<sockaddr_in6 *>(&local)->sin6_addr)
+                   ? AF_INET6
+                   : AF_INET;
+    if (getrandom(h.nonce.b, sizeof h.nonce.b, 0) != sizeof h.nonce.b)
+        return Reason::resource;
+    if (local.ss_family == AF_INET) {
+        memcpy(&h.client_addr, &reinterpret_cast<sockaddr_in *>(&local)->sin_addr, 4);
+        h.client_port = ntohs(reinterpret_cast<sockaddr_in *>(&local)->sin_port);
+        h.server_port = ntohs(reinterpret_cast<sockaddr_in *>(&peer)->sin_port);
+    } else {
+        auto *l6 = reinterpret_cast<sockaddr_in6 *>(&local);
+        if (h.family == AF_INET)
+            memcpy(&h.client_addr, l6->sin6_addr.s6_addr + 12, 4);
+        else
+            h.client_addr = l6->sin6_addr;
+        h.client_port = ntohs(l6->sin6_port);
+        h.server_port = ntohs(reinterpret_cast<sockaddr_in6 *>(&peer)->sin6_port);
+    }
+    h.ring = conn->local_ring();
+    conn->set_nonce(h.nonce);
+    uint8_t pd[neg::kHelloSize];
+    neg::encode(h, pd);
+    rdma_conn_param param{};
+    param.private_data = pd;
+    param.private_data_len = sizeof pd;
+    param.retry_count = 7;
+    param.rnr_retry_count = 7;
+    {
+        std::lock_guard<std::mutex> lk(e->mu);
+        e->conns[conn.get()] = conn;
+        e->watch(*conn);
+    }
+    auto forget = [&] {
+        std::lock_guard<std::mutex> lk(e->mu);
+        e->unwatch(*conn);
+        e->conns.erase(conn.get());
+    };
+    if (rdma_connect(id->get(), &param) != 0) {
+        forget();
+        return Reason::rejected;
+    }
+    if (Reason r = step(RDMA_CM_EVENT_ESTABLISHED); r != Reason::none) {
+        forget();
+        return r;
+    }
+    neg::Accept a;
+    Reason r;
+    {
+        std::lock_guard<std::mutex> lk(attempt.mu);
+        r = neg::decode(attempt.pdata, attempt.plen, &a);
+    }
+    if (r == Reason::none && !(a.nonce == h.nonce))
+        r = Reason::bad_message;
+    if (r == Reason::none)
+        r = conn->set_peer_ring(a.ring);
+    if (r != Reason::none) {
+        forget();
+        rdma_disconnect(id->get());
+        return r;
+    }
+    // The server runs rdmasock and accepted: only now may bytes go into the stream.
+    uint8_t confirm[neg::kConfirmSize];
+    neg::encode_confirm(h.nonce, confirm);
+    ssize_t w = RS_REAL(send)(fd, confirm, sizeof confirm, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w != static_cast<ssize_t>(sizeof confirm)) {
+        forget();
+        rdma_disconnect(id->get());
+        return Reason::resource;
+    }
+    conn->client_switched();
+    out = conn;
+    return Reason::none;
+}
+
+}  // namespace
+
+void client_negotiate(int fd, Socket &s) noexcept
+{
+    Reason base = rt::default_reason();
+    if (base != Reason::not_implemented) {  // no device, disabled
+        s.reason.store(base, std::memory_order_relaxed);
+        return;
+    }
+    std::shared_ptr<Conn> conn;
+    Reason r;
+    try {
+        r = negotiate(fd, s, conn);
+    } catch (...) {
+        r = Reason::resource;
+    }
+    if (r != Reason::none) {
+        s.reason.store(r, std::memory_order_relaxed);
+        if (r == Reason::peer_no_rdmasock || r == Reason::timeout || r == Reason::rejected ||
+            r == Reason::peer_no_device)
+            remember(reinterpret_cast<sockaddr *>(&s.peer), r);
+        RS_DEBUG("connect fd=%d stays on TCP: %s", fd, reason_code(r));
+        return;
+    }
+    s.transport = conn.get();
+    s.reason.store(Reason::none, std::memory_order_relaxed);
+    s.set_offloaded(true);
+    rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
+    RS_DEBUG("connect fd=%d is on RDMA", fd);
+}
+
+void on_listen(int fd, Socket &s) noexcept
+{
+    if (rt::default_reason() != Reason::not_implemented)
+        return;
+    Engine *e = engine();
+    if (e == nullptr)
+        return;
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0)
+        return;
+    int err = 0;
+    auto id = rdma::CmId::create(e->channel(), nullptr, RDMA_PS_TCP, &err);
+    if (!id)
+        return;
+    if (rdma_bind_addr(id->get(), reinterpret_cast<sockaddr *>(&addr)) != 0 ||
+        rdma_listen(id->get(), 128) != 0) {
+        RS_DEBUG("listen fd=%d: no RDMA listener (%s)", fd, strerror(errno));
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> lk(e->mu);
+        e->listeners[id->get()] = id;
+    }
+    s.listener = id;
+    s.listener_pid = getpid();
+    RS_DEBUG("listen fd=%d: RDMA listener ready", fd);
+}
+
+void on_accept(Socket &ls, int fd, Socket &s) noexcept
+{
+    if (!ls.listener || ls.listener_pid != getpid() || g_engine == nullptr) {
+        s.reason.store(rt::default_reason() == Reason::not_implemented ? Reason::not_rdma_addr
+                                                                         : rt::default_reason(),
+                       std::memory_order_relaxed);
+        return;
+    }
+    Engine *e = g_engine;
+    sockaddr_storage local{};
+    socklen_t ll = sizeof local;
+    if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &ll) != 0)
+        return;
+    Key k = make_key(reinterpret_cast<sockaddr *>(&s.peer), reinterpret_cast<sockaddr *>(&local));
+    auto conn = std::make_shared<Conn>(Conn::Side::server, fd);
+    conn->set_self(conn);
+    conn->set_socket(&s);
+    conn->set_maybe_deadline(Clock::now() + Ms(2 * rt::config().probe_timeout_ms + 1000));
+    s.transport = conn.get();
+    s.reason.store(Reason::pending, std::memory_order_relaxed);
+    {
+        std::lock_guard<std::mutex> lk(e->mu);
+        auto pit = e->parked.find(k);
+        if (pit != e->parked.end()) {
+            Parked p = std::move(pit->second);
+            e->parked.erase(pit);
+            e->accept_request(conn, std::move(p));
+        } else {
+            e->maybe[k] = conn;
+        }
+        e->conns.emplace(conn.get(), conn);
+    }
+    // Until the first inbound bytes say otherwise, calls take the hooked path.
+    s.set_offloaded(true);
+}
+
+void on_close(int fd, Socket &s) noexcept
+{
+    if (s.listener) {
+        if (g_engine != nullptr && s.listener_pid == getpid()) {
+            std::lock_guard<std::mutex> lk(g_engine->mu);
+            g_engine->listeners.erase(static_cast<rdma::CmId *>(s.listener.get())->get());
+        }
+        s.listener.reset();
+    }
+    if (s.transport == nullptr)
+        return;
+    auto *c = static_cast<Conn *>(s.transport);
+    if (c->phase() == Conn::Phase::rdma) {
+        linger lg{};
+        socklen_t len = sizeof lg;
+        bool abortive = RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 &&
+                        lg.l_onoff && lg.l_linger == 0;
+        c->close_connection(abortive);
+    }
+    // From here on the fd number may be reused: nothing may touch it through `c`.
+    c->mark_closed();
+    if (g_engine != nullptr) {
+        std::lock_guard<std::mutex> lk(g_engine->mu);
+        g_engine->unwatch_tcp(*c);
+    }
+}
+
+void release_rdma(Conn &c) noexcept
+{
+    if (c.cm_id() != nullptr)
+        rdma_disconnect(c.cm_id()->get());
+}
+
+void retire(Conn &c) noexcept
+{
+    Engine *e = g_engine;
+    if (e == nullptr)
+        return;
+    std::lock_guard<std::mutex> lk(e->mu);
+    for (auto it = e->maybe.begin(); it != e->maybe.end(); ++it)
+        if (it->second.get() == &c) {
+            e->maybe.erase(it);
+            break;
+        }
+    if (c.phase() == Conn::Phase::rdma)
+        rt::g_offloaded.fetch_sub(1, std::memory_order_relaxed);
+    e->retiring.push_back(&c);
+    e->wake();
+}
+
+void after_fork_child() noexcept
+{
+    // The parent's thread does not exist here and its RDMA objects are not usable: drop
+    // our view without destroying anything (the parent still owns them).
+    if (g_engine != nullptr) {
+        new (&g_start_mu) std::mutex();
+        g_engine = nullptr;  // leaked on purpose: its members refer to the parent's resources
+    }
+}
+
+void clear_cache() noexcept
+{
+    if (g_engine == nullptr)
+        return;
+    std::lock_guard<std::mutex> lk(g_engine->mu);
+    g_engine->negative.clear();
+}
+
+}  // namespace rdmasock::offload

@@ -1,0 +1,45 @@
+// Connection offload: the client and server sides of the negotiation
+// (docs/protocol.md) and the progress thread that serves rdma_cm events, completion
+// channels and the liveness of offloaded connections' TCP sockets.
+//
+// The progress thread starts at the first socket that could be offloaded (a listen()
+// or a connect() while an RDMA device is present), never at load.
+#pragma once
+
+#include "core/socket.hh"
+
+namespace rdmasock {
+class Conn;
+}
+
+namespace rdmasock::offload {
+
+// connect() established the TCP connection `fd` (blocking, or nonblocking completed
+// within the probe timeout): negotiate RDMA, or record why not.
+void client_negotiate(int fd, Socket &s) noexcept;
+
+// listen() succeeded on a tracked socket: open the RDMA listener on the same address
+// and port, in the RDMA port space.
+void on_listen(int fd, Socket &s) noexcept;
+
+// accept() on listener `ls` returned `fd`, tracked as `s`.
+void on_accept(Socket &ls, int fd, Socket &s) noexcept;
+
+// close() of the last fd of `s` (before the kernel close): orderly or abortive
+// teardown of an offloaded connection; a listener's RDMA side is closed.
+void on_close(int fd, Socket &s) noexcept;
+
+// A Conn decided on TCP: disconnect and free its RDMA side.
+void release_rdma(Conn &c) noexcept;
+
+// The socket owning `c` is gone: keep its rings until the peer is done (or a timeout),
+// then free everything.
+void retire(Conn &c) noexcept;
+
+// In a fork child: the parent's RDMA resources and thread are not ours.
+void after_fork_child() noexcept;
+
+// Forget cached negative results (tests).
+void clear_cache() noexcept;
+
+}  // namespace rdmasock::offload

@@ -1,0 +1,956 @@
+#include "transport/rdma_conn.hh"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/offload.hh"
+#include "core/readiness.hh"
+#include "core/real.hh"
+#include "core/runtime.hh"
+#include "core/socket.hh"
+#include "log/log.hh"
+
+namespace rdmasock {
+
+namespace {
+
+constexpr uint32_t kSendDepth = 256;
+constexpr uint32_t kRecvDepth = 512;
+constexpr unsigned kSignalEvery = 16;
+constexpr uint32_t kWantInline = 128;
+constexpr uint64_t kNotWritable = 0xfffffffffffffffeull;  // eventfd counter: no POLLOUT
+
+size_t iov_total(const msghdr *m) noexcept
+{
+    size_t t = 0;
+    for (size_t i = 0; i < m->msg_iovlen; ++i)
+        t += m->msg_iov[i].iov_len;
+    return t;
+}
+
+// Copy between a ring (with wrap) and an iovec array, starting `skip` bytes into the
+// iovecs.  `to_iov`: ring -> iovecs, else iovecs -> ring.
+void copy_ring_iov(uint8_t *ring, size_t size, uint64_t pos, const msghdr *m, size_t skip,
+                   size_t n, bool to_iov) noexcept
+{
+    size_t i = 0;
+    while (i < m->msg_iovlen && skip >= m->msg_iov[i].iov_len)
+        skip -= m->msg_iov[i++].iov_len;
+    while (n > 0 && i < m->msg_iovlen) {
+        auto *base = static_cast<uint8_t *>(m->msg_iov[i].iov_base) + skip;
+        size_t chunk = m->msg_iov[i].iov_len - skip;
+        if (chunk > n)
+            chunk = n;
+        size_t off = static_cast<size_t>(pos & (size - 1));
+        size_t first = chunk < size - off ? chunk : size - off;
+        if (to_iov) {
+            memcpy(base, ring + off, first);
+            memcpy(base + first, ring, chunk - first);
+        } else {
+            memcpy(ring + off, base, first);
+            memcpy(ring, base + first, chunk - first);
+        }
+        pos += chunk;
+        n -= chunk;
+        skip = 0;
+        ++i;
+    }
+}
+
+// Would the kernel restart a socket call interrupted by a signal?  Only when no
+// timeout is set on the socket and every installed handler has SA_RESTART (we cannot
+// tell which signal interrupted us).
+bool restart_after_signal(bool has_timeout) noexcept
+{
+    if (has_timeout)
+        return false;
+    for (int sig = 1; sig < NSIG; ++sig) {
+        struct sigaction sa;
+        if (sigaction(sig, nullptr, &sa) != 0)
+            continue;
+        if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN)
+            continue;
+        if (!(sa.sa_flags & SA_RESTART))
+            return false;
+    }
+    return true;
+}
+
+int timeout_ms(int fd, bool for_send) noexcept
+{
+    timeval tv{};
+    socklen_t len = sizeof tv;
+    if (RS_REAL(getsockopt)(fd, SOL_SOCKET, for_send ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, &len) != 0)
+        return -1;
+    if (tv.tv_sec == 0 && tv.tv_usec == 0)
+        return -1;
+    long ms = tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000;
+    return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
+}
+
+void efd_write(int fd, uint64_t v) noexcept
+{
+    ssize_t r = RS_REAL(write)(fd, &v, sizeof v);
+    (void)r;
+}
+
+void efd_drain(int fd) noexcept
+{
+    uint64_t v;
+    ssize_t r = RS_REAL(read)(fd, &v, sizeof v);
+    (void)r;
+}
+
+}  // namespace
+
+void Conn::Ring::release() noexcept
+{
+    mr.reset();
+    if (mem != nullptr)
+        munmap(mem, size);
+    mem = nullptr;
+    size = 0;
+}
+
+Conn::Conn(Side side, int tcp_fd) noexcept
+    : side_(side), tcp_fd_(tcp_fd), phase_(side == Side::server ? Phase::maybe : Phase::verifying)
+{
+    rd_efd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    wr_efd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+Conn::~Conn()
+{
+    qp_.reset();
+    cq_.reset();
+    chan_.reset();
+    id_.reset();
+    rx_.release();
+    tx_.release();
+    pd_.reset();
+    if (rd_efd_ >= 0)
+        RS_REAL(close)(rd_efd_);
+    if (wr_efd_ >= 0)
+        RS_REAL(close)(wr_efd_);
+}
+
+int Conn::comp_fd() const noexcept { return chan_ ? chan_->fd() : -1; }
+
+namespace {
+Reason fail_setup(const char *what, int err) noexcept
+{
+    RS_DEBUG("%s failed: %s", what, strerror(err));
+    return Reason::resource;
+}
+}  // namespace
+
+Reason Conn::create_resources(std::shared_ptr<rdma::CmId> id, unsigned ring_log2) noexcept
+{
+    if (rd_efd_ < 0 || wr_efd_ < 0)
+        return Reason::resource;
+    int err = 0;
+    id_ = std::move(id);
+    auto ctx = id_->context();
+    if (!ctx)
+        return Reason::not_rdma_addr;
+    pd_ = rdma::Pd::create(ctx, &err);
+    if (!pd_)
+        return fail_setup("ibv_alloc_pd", err);
+    chan_ = rdma::CompChannel::create(ctx, &err);
+    if (!chan_ || chan_->set_nonblocking() != 0)
+        return fail_setup("ibv_create_comp_channel", err);
+    cq_ = rdma::Cq::create(ctx, chan_, static_cast<int>(kSendDepth + kRecvDepth + 16), &err);
+    if (!cq_)
+        return fail_setup("ibv_create_cq", err);
+    ibv_qp_init_attr attr{};
+    attr.qp_type = IBV_QPT_RC;
+    attr.sq_sig_all = 0;
+    attr.cap.max_send_wr = kSendDepth;
+    attr.cap.max_recv_wr = kRecvDepth;
+    attr.cap.max_send_sge = 1;
+    attr.cap.max_recv_sge = 1;
+    attr.cap.max_inline_data = kWantInline;
+    qp_ = rdma::Qp::create_on(id_, pd_, cq_, cq_, attr, &err);
+    if (!qp_) {
+        attr.cap.max_inline_data = 0;
+        qp_ = rdma::Qp::create_on(id_, pd_, cq_, cq_, attr, &err);
+    }
+    if (!qp_)
+        return fail_setup("rdma_create_qp", err);
+    max_inline_ = qp_->cap().max_inline_data;
+    sq_depth_ = qp_->cap().max_send_wr;
+
+    rx_.size = size_t{1} << ring_log2;
+    void *mem = mmap(nullptr, rx_.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        rx_.size = 0;
+        return Reason::resource;
+    }
+    rx_.mem = static_cast<uint8_t *>(mem);
+    // Registered memory must not be shared copy-on-write with a fork child.
+    madvise(mem, rx_.size, MADV_DONTFORK);
+    // The only memory a peer can write: this ring, remote write only.
+    rx_.mr = rdma::Mr::reg(pd_, mem, rx_.size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &err);
+    if (!rx_.mr)
+        fail_setup("ibv_reg_mr", err);
+    if (!rx_.mr)
+        return rdma::memlock_too_small(mem, rx_.size) || err == ENOMEM ? Reason::memlock
+                                                                       : Reason::resource;
+    return Reason::none;
+}
+
+neg::RingInfo Conn::local_ring() const noexcept
+{
+    neg::RingInfo r;
+    r.addr = reinterpret_cast<uint64_t>(rx_.mem);
+    r.rkey = rx_.mr ? rx_.mr->rkey() : 0;
+    r.log2 = 0;
+    for (size_t s = rx_.size; s > 1; s >>= 1)
+        ++r.log2;
+    return r;
+}
+
+Reason Conn::set_peer_ring(const neg::RingInfo &r) noexcept
+{
+    if (!neg::valid_ring(r))
+        return Reason::bad_message;
+    peer_ring_ = r;
+    tx_.size = size_t{1} << r.log2;
+    void *mem = mmap(nullptr, tx_.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        tx_.size = 0;
+        return Reason::resource;
+    }
+    tx_.mem = static_cast<uint8_t *>(mem);
+    madvise(mem, tx_.size, MADV_DONTFORK);
+    int err = 0;
+    tx_.mr = rdma::Mr::reg(pd_, mem, tx_.size, IBV_ACCESS_LOCAL_WRITE, &err);
+    if (!tx_.mr)
+        return rdma::memlock_too_small(mem, tx_.size) || err == ENOMEM ? Reason::memlock
+                                                                       : Reason::resource;
+    return Reason::none;
+}
+
+Reason Conn::post_initial_receives() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (repost_recv_locked(kRecvDepth) != 0 || cq_->arm() != 0)
+        return Reason::resource;
+    return Reason::none;
+}
+
+int Conn::repost_recv_locked(unsigned n) noexcept
+{
+    if (dead_)
+        return -1;
+    for (unsigned i = 0; i < n; ++i) {
+        ibv_recv_wr wr{}, *bad = nullptr;
+        wr.wr_id = 0;
+        wr.sg_list = nullptr;
+        wr.num_sge = 0;
+        if (ibv_post_recv(qp_->get(), &wr, &bad) != 0)
+            return -1;
+        ++recv_posted_;
+    }
+    return 0;
+}
+
+void Conn::client_switched() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    phase_.store(Phase::rdma, std::memory_order_release);
+    update_shadows_locked();
+}
+
+void Conn::server_established() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (phase_.load() == Phase::maybe)
+        phase_.store(Phase::verifying, std::memory_order_release);
+    efd_write(rd_efd_, 1);  // wake waiters: the CONFIRM can now be matched
+    if (phase_.load() == Phase::verifying)
+        try_confirm_locked();  // it may have arrived already
+}
+
+void Conn::abandon_rdma() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    Phase p = phase_.load();
+    if (p == Phase::verifying && side_ == Side::server) {
+        phase_.store(Phase::maybe, std::memory_order_release);
+        efd_write(rd_efd_, 1);
+    } else if (p == Phase::rdma && !peer_fin_) {
+        reset_ = true;
+        update_shadows_locked();
+    }
+}
+
+bool Conn::nonblocking() const noexcept
+{
+    int fl = RS_REAL(fcntl)(tcp_fd_, F_GETFL, nullptr);
+    return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+/* ---- completions ---------------------------------------------------------------------- */
+
+void Conn::after_fork_child() noexcept
+{
+    // The parent's queue pair and rings are not usable here; another thread may have
+    // held the lock at fork time.
+    new (&mu_) std::mutex();
+    new (&cv_) std::condition_variable();
+    dead_ = true;
+    reset_ = true;
+    failed_ = true;
+}
+
+void Conn::poll_cq_locked() noexcept
+{
+    if (!cq_ || dead_)
+        return;
+    ibv_wc wc[32];
+    unsigned consumed = 0;
+    for (;;) {
+        int n = ibv_poll_cq(cq_->get(), 32, wc);
+        if (n <= 0)
+            break;
+        for (int i = 0; i < n; ++i) {
+            const ibv_wc &w = wc[i];
+            if (w.status != IBV_WC_SUCCESS) {
+                if (!failed_ && !reset_ && w.status != IBV_WC_WR_FLUSH_ERR)
+                    RS_DEBUG("connection fd=%d: completion error %s", tcp_fd_,
+                             ibv_wc_status_str(w.status));
+                if (!peer_fin_)
+                    failed_ = true;
+                if (w.opcode & IBV_WC_RECV)
+                    --recv_posted_;
+                continue;
+            }
+            if (w.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+                --recv_posted_;
+                ++consumed;
+                handle_recv_locked(ntohl(w.imm_data));
+            } else if (w.wr_id > wr_completed_) {
+                wr_completed_ = w.wr_id;  // signalled: covers every earlier request
+            }
+        }
+    }
+    if (!failed_ && recv_posted_ < kRecvDepth / 2)
+        repost_recv_locked(kRecvDepth - recv_posted_);
+    (void)consumed;
+}
+
+void Conn::handle_recv_locked(uint32_t imm) noexcept
+{
+    uint32_t v = neg::imm_value(imm);
+    switch (neg::imm_type(imm)) {
+    case neg::Imm::data: {
+        uint64_t free_space = rx_.size - (rx_prod_ - rx_cons_);
+        if (v == 0 || v > free_space || peer_fin_) {
+            fail("peer wrote beyond the space it was granted");
+            return;
+        }
+        rx_prod_ += v;
+        if (rd_set_)
+            efd_write(rd_efd_, 1);  // a new arrival: edge-triggered waiters see an edge
+        break;
+    }
+    case neg::Imm::credit:
+        if (v > tx_prod_ - tx_acked_) {
+            fail("peer credited bytes never sent");
+            return;
+        }
+        tx_acked_ += v;
+        break;
+    case neg::Imm::fin:
+        peer_fin_.store(true, std::memory_order_release);
+        break;
+    case neg::Imm::reset:
+        reset_ = true;
+        break;
+    case neg::Imm::prefix:
+        if (side_ != Side::client || prefix_known_ || v < tcp_read_) {
+            fail("unexpected PREFIX");
+            return;
+        }
+        prefix_known_ = true;
+        prefix_left_ = v - tcp_read_;
+        break;
+    default:
+        fail("unknown message type");
+        return;
+    }
+}
+
+void Conn::fail(const char *why) noexcept
+{
+    if (!reset_ && !failed_)
+        RS_DEBUG("connection fd=%d reset: %s", tcp_fd_, why);
+    reset_ = true;
+    update_shadows_locked();
+}
+
+void Conn::on_completion_event() noexcept
+{
+    if (!cq_ || dead_)
+        return;
+    while (cq_->ack_event() >= 0) {
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    poll_cq_locked();
+    cq_->arm();
+    poll_cq_locked();
+    update_shadows_locked();
+    cv_.notify_all();
+}
+
+void Conn::on_tcp_event(unsigned events) noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closed_)
+        return;
+    Phase p = phase_.load();
+    if (p == Phase::verifying && (events & (POLLIN | POLLRDHUP | POLLHUP))) {
+        try_confirm_locked();  // switch even if the program never reads
+        return;
+    }
+    if (p != Phase::rdma)
+        return;
+    if (side_ == Side::client && !prefix_known_ && (events & POLLIN))
+        efd_write(rd_efd_, 1);  // pre-switch bytes from the server are readable
+    if (events & (POLLRDHUP | POLLHUP | POLLERR)) {
+        if (!tcp_eof_) {
+            tcp_eof_ = true;
+            grace_deadline_ = std::chrono::steady_clock::now() +
+                              std::chrono::milliseconds(rt::config().peer_grace_ms);
+        }
+        if ((events & (POLLHUP | POLLERR)) && !peer_fin_)
+            fail("the TCP connection was reset");
+    }
+}
+
+bool Conn::on_timer(std::chrono::steady_clock::time_point now) noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!tcp_eof_ || peer_fin_ || reset_)
+        return false;
+    if (now < grace_deadline_)
+        return true;
+    // The peer's TCP connection closed and no FIN came over RDMA: the peer died.
+    fail("peer closed its TCP connection without an RDMA FIN");
+    return false;
+}
+
+/* ---- readiness -------------------------------------------------------------------------- */
+
+bool Conn::readable_locked() const noexcept
+{
+    if (reset_ || failed_ || shut_rd_)
+        return true;
+    if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0))
+        return prefix_known_ ? true : false;  // TCP bytes: the kernel says (tcp fd)
+    return rx_prod_ != rx_cons_ || peer_fin_;
+}
+
+bool Conn::writable_locked() const noexcept
+{
+    if (reset_ || failed_ || shut_wr_)
+        return true;
+    uint64_t space = tx_.size - (tx_prod_ - tx_acked_);
+    uint64_t sq_used = wr_posted_ - wr_completed_;
+    return space > 0 && sq_used + 3 < sq_depth_;
+}
+
+void Conn::update_shadows_locked() noexcept
+{
+    if (phase_.load() != Phase::rdma || dead_)
+        return;
+    bool r = readable_locked();
+    if (r && !rd_set_) {
+        efd_write(rd_efd_, 1);
+        rd_set_ = true;
+    } else if (!r && rd_set_) {
+        efd_drain(rd_efd_);
+        rd_set_ = false;
+    }
+    bool w = writable_locked();
+    if (!w && !wr_blocked_) {
+        efd_write(wr_efd_, kNotWritable);
+        wr_blocked_ = true;
+    } else if (w && wr_blocked_) {
+        efd_drain(wr_efd_);
+        wr_blocked_ = false;
+    }
+}
+
+unsigned Conn::poll_mask(int) noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    Phase p = phase_.load();
+    if (p != Phase::rdma) {
+        pollfd pf{tcp_fd_, POLLIN | POLLOUT | POLLRDHUP, 0};
+        return RS_REAL(poll)(&pf, 1, 0) > 0 ? static_cast<unsigned>(pf.revents) : 0;
+    }
+    poll_cq_locked();
+    update_shadows_locked();
+    if (reset_ || failed_)
+        return POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP;
+    unsigned m = 0;
+    if (readable_locked())
+        m |= POLLIN;
+    if (side_ == Side::client && !prefix_known_) {
+        pollfd pf{tcp_fd_, POLLIN, 0};
+        if (RS_REAL(poll)(&pf, 1, 0) > 0 && (pf.revents & POLLIN))
+            m |= POLLIN;
+    }
+    if (writable_locked())
+        m |= POLLOUT;
+    if (peer_fin_) {
+        m |= POLLRDHUP | POLLIN;
+        if (shut_wr_)
+            m |= POLLHUP;
+    }
+    return m;
+}
+
+int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
+               std::unique_lock<std::mutex> &lk) noexcept
+{
+    int tmo = timeout_ms(tcp_fd_, for_send);
+    lk.unlock();
+    pollfd p[2] = {{efd, events, 0}, {tcp_fd_, POLLIN, 0}};
+    int r = RS_REAL(poll)(p, tcp_too ? 2 : 1, tmo);
+    int e = errno;
+    lk.lock();
+    if (r == 0)
+        return -EAGAIN;
+    if (r < 0 && e == EINTR)
+        return restart_after_signal(tmo >= 0) ? 0 : -EINTR;
+    if (r < 0)
+        return -e;
+    // A stale wake-up of a level flag we are about to recompute: drain it.
+    if (efd == rd_efd_ && (p[0].revents & POLLIN) && !rd_set_)
+        efd_drain(rd_efd_);
+    return 0;
+}
+
+/* ---- server: CONFIRM --------------------------------------------------------------------- */
+
+void Conn::mark_closed() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    closed_ = true;
+}
+
+int Conn::try_confirm_locked() noexcept
+{
+    if (closed_)
+        return -1;
+    Phase p = phase_.load();
+    if (p == Phase::maybe && maybe_deadline_.time_since_epoch().count() != 0 &&
+        std::chrono::steady_clock::now() > maybe_deadline_) {
+        decide_tcp_locked(Reason::peer_no_rdmasock);
+        return -1;
+    }
+    uint8_t buf[neg::kConfirmSize];
+    ssize_t n = RS_REAL(recv)(tcp_fd_, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    if (n <= 0) {
+        decide_tcp_locked(p == Phase::maybe ? Reason::peer_no_rdmasock : Reason::bad_message);
+        return -1;
+    }
+    auto m = neg::match_confirm(buf, static_cast<size_t>(n), p == Phase::verifying ? &nonce_ : nullptr);
+    if (m == neg::ConfirmMatch::no) {
+        decide_tcp_locked(p == Phase::maybe ? Reason::peer_no_rdmasock : Reason::bad_message);
+        return -1;
+    }
+    if (m == neg::ConfirmMatch::partial)
+        return 0;
+    n = RS_REAL(recv)(tcp_fd_, buf, sizeof buf, MSG_DONTWAIT);
+    if (n != static_cast<ssize_t>(sizeof buf)) {
+        decide_tcp_locked(Reason::bad_message);
+        return -1;
+    }
+    if (tcp_sent_ > neg::kImmValueMask || post_ctrl_locked(neg::Imm::prefix, static_cast<uint32_t>(tcp_sent_)) != 0) {
+        // Bytes went into the TCP stream and the client is committed to RDMA: nothing
+        // else can be done than reset this connection.
+        phase_.store(Phase::rdma, std::memory_order_release);
+        fail("cannot announce the TCP prefix");
+        return 1;
+    }
+    phase_.store(Phase::rdma, std::memory_order_release);
+    efd_drain(rd_efd_);  // wake-ups of the pre-switch phases are not readiness
+    rd_set_ = false;
+    if (sock_ != nullptr)
+        sock_->reason.store(Reason::none, std::memory_order_relaxed);
+    rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
+    switch_epoll_locked();
+    update_shadows_locked();
+    RS_DEBUG("connection fd=%d: server switched to RDMA after %llu TCP bytes", tcp_fd_,
+             static_cast<unsigned long long>(tcp_sent_));
+    return 1;
+}
+
+void Conn::switch_epoll_locked() noexcept { readiness::on_switch_to_rdma(tcp_fd_, *this); }
+
+void Conn::decide_tcp_locked(Reason why) noexcept
+{
+    phase_.store(Phase::tcp, std::memory_order_release);
+    if (sock_ != nullptr) {
+        sock_->reason.store(why, std::memory_order_relaxed);
+        sock_->set_offloaded(false);
+    }
+    readiness::on_decided_tcp(tcp_fd_);
+    if (id_)
+        offload::release_rdma(*this);
+}
+
+/* ---- posting -------------------------------------------------------------------------- */
+
+int Conn::post_write_locked(uint64_t off, const void *src, uint32_t len, uint32_t lkey,
+                            bool with_imm, uint32_t imm, bool inline_data) noexcept
+{
+    ibv_sge sge{};
+    sge.addr = reinterpret_cast<uint64_t>(src);
+    sge.length = len;
+    sge.lkey = lkey;
+    if (dead_)
+        return -EPIPE;
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.wr_id = wr_posted_ + 1;
+    wr.sg_list = len > 0 ? &sge : nullptr;
+    wr.num_sge = len > 0 ? 1 : 0;
+    wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+    wr.imm_data = htonl(imm);
+    wr.wr.rdma.remote_addr = peer_ring_.addr + off;
+    wr.wr.rdma.rkey = peer_ring_.rkey;
+    if (inline_data)
+        wr.send_flags |= IBV_SEND_INLINE;
+    if (++unsignaled_ >= kSignalEvery || wr_posted_ + 4 - wr_completed_ >= sq_depth_) {
+        wr.send_flags |= IBV_SEND_SIGNALED;
+        unsignaled_ = 0;
+    }
+    int r = ibv_post_send(qp_->get(), &wr, &bad);
+    if (r != 0) {
+        failed_ = true;
+        return -r;
+    }
+    ++wr_posted_;
+    return 0;
+}
+
+int Conn::post_ctrl_locked(neg::Imm t, uint32_t v) noexcept
+{
+    return post_write_locked(0, nullptr, 0, 0, true, neg::make_imm(t, v), false);
+}
+
+void Conn::maybe_credit_locked() noexcept
+{
+    uint64_t unreported = rx_cons_ - rx_credited_;
+    if (unreported >= rx_.size / 4 && !failed_ && !reset_) {
+        if (post_ctrl_locked(neg::Imm::credit, static_cast<uint32_t>(unreported)) == 0)
+            rx_credited_ = rx_cons_;
+    }
+}
+
+/* ---- receive --------------------------------------------------------------------------- */
+
+ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
+{
+    std::unique_lock<std::mutex> lk(mu_);
+    const size_t total = iov_total(msg);
+    size_t done = 0;
+    const bool peek = flags & MSG_PEEK;
+    const bool waitall = (flags & MSG_WAITALL) && !peek;
+    msg->msg_flags = 0;
+    msg->msg_controllen = 0;
+    if (msg->msg_name)
+        msg->msg_namelen = 0;
+    for (;;) {
+        Phase p = phase_.load();
+        if (p == Phase::tcp) {
+            lk.unlock();
+            ssize_t r = RS_REAL(recvmsg)(fd, msg, flags);
+            return r < 0 ? -errno : r;
+        }
+        if (p != Phase::rdma) {  // server, before the switch
+            int c = try_confirm_locked();
+            if (c != 0)
+                continue;
+            if (nonblocking() || (flags & MSG_DONTWAIT))
+                return -EAGAIN;
+            int w = wait(rd_efd_, POLLIN, true, false, lk);
+            if (w < 0)
+                return w;
+            efd_drain(rd_efd_);
+            continue;
+        }
+        poll_cq_locked();
+        if (total == 0)
+            return 0;
+        if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0)) {
+            // Bytes the server sent on TCP before it switched come first.
+            size_t want = msg->msg_iov[0].iov_len;
+            if (prefix_known_ && want > prefix_left_)
+                want = static_cast<size_t>(prefix_left_);
+            int fl = MSG_DONTWAIT | (flags & MSG_PEEK);
+            ssize_t r = want ? RS_REAL(recv)(tcp_fd_, msg->msg_iov[0].iov_base, want, fl) : 0;
+            if (r > 0) {
+                if (!peek) {
+                    if (prefix_known_)
+                        prefix_left_ -= static_cast<uint64_t>(r);
+                    else
+                        tcp_read_ += static_cast<uint64_t>(r);
+                    bytes_received_ += static_cast<uint64_t>(r);
+                }
+                update_shadows_locked();
+                return r;
+            }
+            if (r == 0 && want > 0 && !prefix_known_)
+                return 0;  // the server closed before it ever switched: plain EOF
+            if (!prefix_known_ || prefix_left_ > 0) {
+                if (reset_ || failed_)
+                    return -ECONNRESET;
+                if (nonblocking() || (flags & MSG_DONTWAIT))
+                    return -EAGAIN;
+                int w = wait(rd_efd_, POLLIN, true, false, lk);
+                if (w < 0)
+                    return w;
+                continue;
+            }
+        }
+        uint64_t avail = rx_prod_ - rx_cons_;
+        if (avail > 0 && !shut_rd_) {
+            size_t n = total - done < avail ? total - done : static_cast<size_t>(avail);
+            copy_ring_iov(rx_.mem, rx_.size, rx_cons_, msg, done, n, true);
+            if (!peek) {
+                rx_cons_ += n;
+                bytes_received_ += n;
+                maybe_credit_locked();
+            }
+            done += n;
+            update_shadows_locked();
+            if (!waitall || done == total)
+                return static_cast<ssize_t>(done);
+            continue;
+        }
+        if (done > 0 && (peer_fin_ || reset_ || failed_ || shut_rd_))
+            return static_cast<ssize_t>(done);
+        if (peer_fin_ || shut_rd_)
+            return 0;
+        if (reset_ || failed_) {
+            if (!reset_reported_) {
+                reset_reported_ = true;
+                return -ECONNRESET;
+            }
+            return 0;
+        }
+        if (nonblocking() || (flags & MSG_DONTWAIT))
+            return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
+        int w = wait(rd_efd_, POLLIN, false, false, lk);
+        if (w < 0)
+            return done > 0 ? static_cast<ssize_t>(done) : w;
+    }
+}
+
+/* ---- send ------------------------------------------------------------------------------ */
+
+ssize_t Conn::tx_ring_locked(const msghdr *msg, size_t skip, size_t n) noexcept
+{
+    const uint64_t off = tx_prod_ & (tx_.size - 1);
+    const size_t first = n < tx_.size - off ? n : static_cast<size_t>(tx_.size - off);
+    const uint32_t imm = neg::make_imm(neg::Imm::data, static_cast<uint32_t>(n));
+    // Small and contiguous: inline, straight from the program's buffer.
+    if (n <= max_inline_ && first == n && msg->msg_iovlen >= 1) {
+        size_t i = 0, s = skip;
+        while (i < msg->msg_iovlen && s >= msg->msg_iov[i].iov_len)
+            s -= msg->msg_iov[i++].iov_len;
+        if (i < msg->msg_iovlen && msg->msg_iov[i].iov_len - s >= n) {
+            const uint8_t *src = static_cast<const uint8_t *>(msg->msg_iov[i].iov_base) + s;
+            if (post_write_locked(off, src, static_cast<uint32_t>(n), 0, true, imm, true) != 0)
+                return -EPIPE;
+            tx_prod_ += n;
+            return static_cast<ssize_t>(n);
+        }
+    }
+    copy_ring_iov(tx_.mem, tx_.size, tx_prod_, msg, skip, n, false);
+    uint32_t lkey = tx_.mr->lkey();
+    if (first < n) {
+        if (post_write_locked(off, tx_.mem + off, static_cast<uint32_t>(first), lkey, false, 0, false) != 0 ||
+            post_write_locked(0, tx_.mem, static_cast<uint32_t>(n - first), lkey, true, imm, false) != 0)
+            return -EPIPE;
+    } else if (post_write_locked(off, tx_.mem + off, static_cast<uint32_t>(n), lkey, true, imm,
+                                 n <= max_inline_) != 0) {
+        return -EPIPE;
+    }
+    tx_prod_ += n;
+    return static_cast<ssize_t>(n);
+}
+
+ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
+{
+    std::unique_lock<std::mutex> lk(mu_);
+    const size_t total = iov_total(msg);
+    size_t done = 0;
+    for (;;) {
+        Phase p = phase_.load();
+        if (p == Phase::tcp) {
+            lk.unlock();
+            ssize_t r = RS_REAL(sendmsg)(fd, msg, flags);
+            return r < 0 ? -errno : r;
+        }
+        if (p != Phase::rdma) {  // server before the switch: TCP, counted
+            ssize_t r = RS_REAL(sendmsg)(fd, msg, flags | MSG_DONTWAIT);
+            if (r >= 0) {
+                tcp_sent_ += static_cast<uint64_t>(r);
+                bytes_sent_ += static_cast<uint64_t>(r);
+                return r;
+            }
+            if (errno != EAGAIN || nonblocking() || (flags & MSG_DONTWAIT))
+                return -errno;
+            int tmo = timeout_ms(tcp_fd_, true);
+            lk.unlock();
+            pollfd pf{tcp_fd_, POLLOUT, 0};
+            int pr = RS_REAL(poll)(&pf, 1, tmo);
+            int e = errno;
+            lk.lock();
+            if (pr == 0)
+                return -EAGAIN;
+            if (pr < 0 && !(e == EINTR && restart_after_signal(tmo >= 0)))
+                return -e;
+            continue;
+        }
+        poll_cq_locked();
+        if (reset_ || failed_ || shut_wr_) {
+            if (done > 0)
+                return static_cast<ssize_t>(done);
+            if (!shut_wr_ && !reset_reported_ && reset_) {
+                reset_reported_ = true;
+                return -ECONNRESET;
+            }
+            if (!(flags & MSG_NOSIGNAL))
+                raise(SIGPIPE);
+            return -EPIPE;
+        }
+        if (total == 0)
+            return 0;
+        uint64_t space = tx_.size - (tx_prod_ - tx_acked_);
+        uint64_t sq_used = wr_posted_ - wr_completed_;
+        if (space > 0 && sq_used + 3 < sq_depth_) {
+            size_t n = total - done < space ? total - done : static_cast<size_t>(space);
+            if (n > neg::kImmValueMask)
+                n = neg::kImmValueMask;
+            ssize_t r = tx_ring_locked(msg, done, n);
+            if (r < 0)
+                return done > 0 ? static_cast<ssize_t>(done) : r;
+            done += static_cast<size_t>(r);
+            bytes_sent_ += static_cast<uint64_t>(r);
+            update_shadows_locked();
+            if (done == total || nonblocking() || (flags & MSG_DONTWAIT))
+                return static_cast<ssize_t>(done);
+            continue;
+        }
+        if (nonblocking() || (flags & MSG_DONTWAIT)) {
+            update_shadows_locked();
+            return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
+        }
+        update_shadows_locked();
+        int w = wait(wr_efd_, POLLOUT, false, true, lk);
+        if (w < 0)
+            return done > 0 ? static_cast<ssize_t>(done) : w;
+    }
+}
+
+int Conn::shutdown(int fd, int how) noexcept
+{
+    std::unique_lock<std::mutex> lk(mu_);
+    if (phase_.load() != Phase::rdma) {
+        lk.unlock();
+        return RS_REAL(shutdown)(fd, how) < 0 ? -errno : 0;
+    }
+    if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
+        return -EINVAL;
+    if (how != SHUT_WR)
+        shut_rd_ = true;
+    if (how != SHUT_RD && !shut_wr_) {
+        shut_wr_ = true;
+        if (!fin_sent_ && !reset_ && !failed_ && post_ctrl_locked(neg::Imm::fin, 0) == 0)
+            fin_sent_ = true;
+    }
+    update_shadows_locked();
+    return 0;
+}
+
+int Conn::bytes_readable() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    poll_cq_locked();
+    uint64_t n = rx_prod_ - rx_cons_;
+    return n > INT_MAX ? INT_MAX : static_cast<int>(n);
+}
+
+int Conn::bytes_unacked() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    poll_cq_locked();
+    uint64_t n = tx_prod_ - tx_acked_;
+    return n > INT_MAX ? INT_MAX : static_cast<int>(n);
+}
+
+Counters Conn::counters(int fd) noexcept
+{
+    if (phase_.load() == Phase::tcp)
+        return kernel_tcp().counters(fd);
+    std::lock_guard<std::mutex> lk(mu_);
+    Counters c;
+    c.bytes_sent = bytes_sent_;
+    c.bytes_received = bytes_received_;
+    return c;
+}
+
+void Conn::close_connection(bool abortive) noexcept
+{
+    std::unique_lock<std::mutex> lk(mu_);
+    if (phase_.load() != Phase::rdma)
+        return;
+    poll_cq_locked();
+    if (reset_ || failed_)
+        return;
+    if (abortive) {
+        post_ctrl_locked(neg::Imm::reset, 0);
+        return;
+    }
+    if (!fin_sent_) {
+        unsignaled_ = kSignalEvery;  // make the FIN a signalled request
+        if (post_ctrl_locked(neg::Imm::fin, 0) != 0)
+            return;
+        fin_sent_ = true;
+    }
+    shut_wr_ = true;
+    // Every byte written must reach the peer before the TCP connection closes: wait
+    // (bounded) until the FIN, the last request, has completed.
+    const uint64_t last = wr_posted_;
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(rt::config().linger_ms);
+    while (wr_completed_ < last && !failed_ && !reset_) {
+        poll_cq_locked();
+        if (wr_completed_ >= last)
+            break;
+        if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) {
+            poll_cq_locked();
+            break;
+        }
+    }
+}
+
+void Conn::destroy() noexcept { offload::retire(*this); }
+
+}  // namespace rdmasock

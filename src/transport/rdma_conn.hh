@@ -1,0 +1,196 @@
+// One offload-candidate TCP connection and, once negotiated, its RDMA data path
+// (docs/protocol.md).  A Conn is the Transport of its socket through every phase:
+//
+//   maybe      server: accepted, no RDMA request bound yet; calls take the hooked path
+//              so the first inbound bytes can be checked for a CONFIRM
+//   verifying  server: RDMA connection established, waiting for the CONFIRM
+//   rdma       both: bytes move through the rings
+//   tcp        decided: plain TCP (the socket is an ordinary fast-path fd again)
+//
+// Thread safety: one mutex per connection guards all state; the progress thread and
+// application threads take it.  Blocking waits happen outside it, on the shadow eventfds.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "core/negotiate.hh"
+#include "core/reason.hh"
+#include "rdma/owners.hh"
+#include "transport/transport.hh"
+
+namespace rdmasock {
+
+class Socket;
+
+class Conn final : public Transport {
+public:
+    enum class Side : uint8_t { client, server };
+    enum class Phase : uint8_t { maybe, verifying, rdma, tcp };
+
+    Conn(Side side, int tcp_fd) noexcept;
+    ~Conn();
+
+    // --- setup (negotiation code) ------------------------------------------------------
+    // Create PD, CQ with channel, QP on `id`, the receive ring.  Returns Reason::none or
+    // why not (memlock, resource).
+    Reason create_resources(std::shared_ptr<rdma::CmId> id, unsigned ring_log2) noexcept;
+    neg::RingInfo local_ring() const noexcept;
+    // The peer's ring: allocates and registers the send staging ring of the same size.
+    Reason set_peer_ring(const neg::RingInfo &r) noexcept;
+    // Post receives and arm the CQ (before the connection is accepted/established).
+    Reason post_initial_receives() noexcept;
+    const neg::Nonce &nonce() const noexcept { return nonce_; }
+    void set_nonce(const neg::Nonce &n) noexcept { nonce_ = n; }
+    rdma::CmId *cm_id() const noexcept { return id_.get(); }
+    std::shared_ptr<rdma::CmId> cm_id_ref() const noexcept { return id_; }
+
+    // Client: the RDMA connection is established and CONFIRM written: go to rdma.
+    void client_switched() noexcept;
+    // Server: the RDMA connection for this socket is established: wait for CONFIRM.
+    void server_established() noexcept;
+    // The RDMA side is gone before the switch (reject, disconnect, error): tcp.
+    void abandon_rdma() noexcept;
+
+    Phase phase() const noexcept { return phase_.load(std::memory_order_acquire); }
+    Side side() const noexcept { return side_; }
+    int tcp_fd() const noexcept { return tcp_fd_; }
+    void set_socket(Socket *s) noexcept { sock_ = s; }
+    // Deadline for a server socket in phase maybe to see an RDMA request.
+    void set_maybe_deadline(std::chrono::steady_clock::time_point t) noexcept { maybe_deadline_ = t; }
+
+    // --- Transport ----------------------------------------------------------------------
+    const char *name() const noexcept override { return "rdma"; }
+    ssize_t recvmsg(int fd, msghdr *msg, int flags) noexcept override;
+    ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept override;
+    int shutdown(int fd, int how) noexcept override;
+    unsigned poll_mask(int fd) noexcept override;
+    Counters counters(int fd) noexcept override;
+    void destroy() noexcept override;
+
+    // The program closed the TCP fd: its number may be reused, never touch it again.
+    void mark_closed() noexcept;
+
+    // FIONREAD / SIOCINQ and SIOCOUTQ.
+    int bytes_readable() noexcept;
+    int bytes_unacked() noexcept;
+    // close(): orderly (FIN, bounded wait for it to be sent) or abortive (RESET).
+    void close_connection(bool abortive) noexcept;
+
+    // --- readiness ----------------------------------------------------------------------
+    int rd_fd() const noexcept { return rd_efd_; }
+    int wr_fd() const noexcept { return wr_efd_; }
+    int comp_fd() const noexcept;
+
+    // --- progress thread ----------------------------------------------------------------
+    void on_completion_event() noexcept;  // the completion channel is readable
+    void on_tcp_event(unsigned events) noexcept;  // EPOLLRDHUP/HUP/ERR/IN on the TCP fd
+    // A fatal problem: the connection is reset (ECONNRESET/EPIPE for the program).
+    void fail(const char *why) noexcept;
+    // Timers: grace after TCP EOF without RDMA FIN.  Returns true when still pending.
+    bool on_timer(std::chrono::steady_clock::time_point now) noexcept;
+    bool peer_finished() const noexcept { return peer_fin_.load(std::memory_order_acquire); }
+
+    // In a fork child: this connection is unusable (documented rule: an offloaded
+    // connection belongs to the process that made it).
+    void after_fork_child() noexcept;
+
+    std::shared_ptr<Conn> self() const noexcept { return self_.lock(); }
+    void set_self(const std::shared_ptr<Conn> &s) noexcept { self_ = s; }
+
+private:
+    struct Ring {
+        uint8_t *mem = nullptr;
+        size_t size = 0;
+        std::shared_ptr<rdma::Mr> mr;
+        void release() noexcept;
+    };
+
+    // All *_locked functions need mu_ held.
+    void poll_cq_locked() noexcept;
+    void handle_recv_locked(uint32_t imm) noexcept;
+    void update_shadows_locked() noexcept;
+    bool readable_locked() const noexcept;
+    bool writable_locked() const noexcept;
+    int post_write_locked(uint64_t off, const void *src, uint32_t len, uint32_t lkey,
+                          bool with_imm, uint32_t imm, bool inline_data) noexcept;
+    int post_ctrl_locked(neg::Imm t, uint32_t v) noexcept;
+    void maybe_credit_locked() noexcept;
+    int repost_recv_locked(unsigned n) noexcept;
+    ssize_t tx_ring_locked(const msghdr *msg, size_t skip, size_t want) noexcept;
+    // Server phases maybe/verifying: look at the first TCP bytes.  Returns 1 when the
+    // switch to rdma happened, 0 when undecided (wait), -1 when decided tcp.
+    int try_confirm_locked() noexcept;
+    void switch_epoll_locked() noexcept;
+    void decide_tcp_locked(Reason why) noexcept;
+    // Wait (outside mu_) until the shadow `efd` is ready for `events` or the TCP fd has
+    // input (when tcp_too), honouring the socket's timeout.  0, -EAGAIN (timed out),
+    // -EINTR.
+    int wait(int efd, short events, bool tcp_too, bool for_send, std::unique_lock<std::mutex> &lk) noexcept;
+    bool nonblocking() const noexcept;
+
+    const Side side_;
+    const int tcp_fd_;
+    Socket *sock_ = nullptr;
+    std::weak_ptr<Conn> self_;
+    std::atomic<Phase> phase_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;  // send completions (close waits for its FIN)
+
+    std::shared_ptr<rdma::CmId> id_;
+    std::shared_ptr<rdma::Pd> pd_;
+    std::shared_ptr<rdma::CompChannel> chan_;
+    std::shared_ptr<rdma::Cq> cq_;
+    std::shared_ptr<rdma::Qp> qp_;
+    Ring rx_;
+    Ring tx_;
+    neg::RingInfo peer_ring_{};
+    neg::Nonce nonce_{};
+    uint32_t max_inline_ = 0;
+
+    int rd_efd_ = -1;
+    int wr_efd_ = -1;
+    bool rd_set_ = false;
+    bool wr_blocked_ = false;  // wr_efd_ holds the "not writable" value
+
+    // receive side
+    uint64_t rx_prod_ = 0;      // bytes the peer has placed in our ring
+    uint64_t rx_cons_ = 0;      // bytes the program has read
+    uint64_t rx_credited_ = 0;  // rx_cons_ as last reported to the peer
+    bool prefix_known_ = false; // client: PREFIX received
+    uint64_t prefix_left_ = 0;  // client: TCP bytes still to read before the ring
+    uint64_t tcp_read_ = 0;     // client: TCP bytes read before PREFIX
+    bool shut_rd_ = false;
+    std::atomic<bool> peer_fin_{false};
+
+    // send side
+    uint64_t tx_prod_ = 0;   // bytes written into the peer's ring
+    uint64_t tx_acked_ = 0;  // bytes the peer has consumed (credited)
+    uint64_t tcp_sent_ = 0;  // server: bytes sent on TCP before the switch
+    bool shut_wr_ = false;
+    bool fin_sent_ = false;
+    uint64_t wr_posted_ = 0;     // work requests posted
+    uint64_t wr_completed_ = 0;  // work requests known complete (signalled ones cover earlier)
+    unsigned unsignaled_ = 0;
+    uint32_t sq_depth_ = 0;
+    unsigned recv_posted_ = 0;
+
+    // failure
+    bool reset_ = false;           // reset by the peer (ECONNRESET once, then EPIPE)
+    bool reset_reported_ = false;
+    bool failed_ = false;          // local failure (QP error)
+    bool tcp_eof_ = false;         // the TCP connection saw EOF/RST
+    bool closed_ = false;          // the TCP fd is closed (its number may be reused)
+    bool dead_ = false;            // fork child: never touch the verbs objects
+    std::chrono::steady_clock::time_point grace_deadline_{};
+    std::chrono::steady_clock::time_point maybe_deadline_{};
+
+    uint64_t bytes_sent_ = 0;
+    uint64_t bytes_received_ = 0;
+};
+
+}  // namespace rdmasock
