@@ -11,6 +11,7 @@
 #include <sys/ioctl.h>
 
 #include "core/fd_table.hh"
+#include "include/rdmasock.h"
 #include "core/offload.hh"
 #include "core/readiness.hh"
 #include "core/real.hh"
@@ -605,7 +606,29 @@ int ioctl(int fd, unsigned long request, void *arg) noexcept
 
 int getsockopt(int fd, int level, int name, void *val, socklen_t *len) noexcept
 {
-    return RS_REAL(getsockopt)(fd, level, name, val, len);
+    if (__builtin_expect(level != static_cast<int>(SOL_RDMASOCK), 1))
+        return RS_REAL(getsockopt)(fd, level, name, val, len);
+    SocketRef s = fdt::get(fd);
+    if (!s || name != RDMASOCK_INFO || val == nullptr || len == nullptr)
+        return RS_REAL(getsockopt)(fd, level, name, val, len);  // the kernel's answer
+    rdmasock_info info{};
+    Reason r = s->reason.load(std::memory_order_relaxed);
+    auto *c = static_cast<Conn *>(s->transport);
+    Conn::Phase ph = c ? c->phase() : Conn::Phase::tcp;
+    bool rdma = s->offloaded() && ph == Conn::Phase::rdma;
+    info.transport = rdma ? RDMASOCK_RDMA : RDMASOCK_TCP;
+    info.reason = static_cast<uint32_t>(rdma ? Reason::none : r);
+    snprintf(info.reason_code, sizeof info.reason_code, "%s", reason_code(rdma ? Reason::none : r));
+    static const char *const kPhases[] = {"maybe", "verifying", "rdma", "tcp"};
+    snprintf(info.phase, sizeof info.phase, "%s", kPhases[static_cast<int>(ph)]);
+    Counters cn = transport_of(*s).counters(fd);
+    info.bytes_sent = cn.bytes_sent;
+    info.bytes_received = cn.bytes_received;
+    info.connection_id = s->id;
+    socklen_t n = *len < sizeof info ? *len : static_cast<socklen_t>(sizeof info);
+    memcpy(val, &info, n);
+    *len = n;
+    return 0;
 }
 
 int setsockopt(int fd, int level, int name, const void *val, socklen_t len) noexcept

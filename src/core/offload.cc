@@ -15,6 +15,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -136,6 +137,7 @@ private:
 
 Engine *g_engine = nullptr;
 std::mutex g_start_mu;
+unsigned ring_log2() noexcept;
 
 Engine *engine() noexcept
 {
@@ -309,8 +311,7 @@ void Engine::on_cm_events() noexcept
 void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
 {
     // mu held.
-    Reason r = c->create_resources(p.id, static_cast<unsigned>(__builtin_ctz(
-                                              static_cast<unsigned>(rt::config().ring_kb) * 1024u)));
+    Reason r = c->create_resources(p.id, ring_log2());
     if (r == Reason::none)
         r = c->set_peer_ring(p.hello.ring);
     if (r == Reason::none)
@@ -502,9 +503,23 @@ void remember(const sockaddr *peer, Reason r) noexcept
     g_engine->negative[k] = Cached{r, Clock::now() + Ms(rt::config().neg_cache_ms)};
 }
 
+// RDMASOCK_RING_KB, or when 0 (auto): 4 MiB when locked memory is not limited, else
+// an eighth of RLIMIT_MEMLOCK (each connection pins a receive and a send ring).
+unsigned long ring_bytes() noexcept
+{
+    unsigned long kb = static_cast<unsigned long>(rt::config().ring_kb);
+    if (kb != 0)
+        return kb * 1024ul;
+    rlimit rl{};
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || geteuid() == 0)
+        return 4ul << 20;
+    unsigned long b = static_cast<unsigned long>(rl.rlim_cur) / 8;
+    return b < (64ul << 10) ? (64ul << 10) : (b > (4ul << 20) ? (4ul << 20) : b);
+}
+
 unsigned ring_log2() noexcept
 {
-    unsigned long bytes = static_cast<unsigned long>(rt::config().ring_kb) * 1024ul;
+    unsigned long bytes = ring_bytes();
     unsigned l = 0;
     while ((2ul << l) <= bytes)
         ++l;
@@ -537,7 +552,15 @@ Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
         return Reason::not_connected;
     if (Reason r = cached(reinterpret_cast<sockaddr *>(&peer)); r != Reason::none)
         return r;
-    const auto deadline = Clock::now() + Ms(rt::config().probe_timeout_ms);
+    // The probe timeout bounds each wait for an answer from the network (address and
+    // route resolution, the peer's reply to the connect request): a peer without RDMA
+    // never answers.  Local work (creating the queue pair, registering the rings) is
+    // not a probe and is not counted.
+    const auto t0 = Clock::now();
+    const Ms probe(rt::config().probe_timeout_ms);
+    auto us = [&t0] {
+        return static_cast<long>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+    };
 
     auto conn = std::make_shared<Conn>(Conn::Side::client, fd);
     conn->set_self(conn);
@@ -562,7 +585,7 @@ Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
     } unregister{e, conn.get()};
 
     auto step = [&](rdma_cm_event_type want) -> Reason {
-        if (!wait_event(attempt, deadline))
+        if (!wait_event(attempt, Clock::now() + probe))
             return Reason::timeout;
         std::lock_guard<std::mutex> lk(attempt.mu);
         attempt.fired = false;
@@ -600,10 +623,12 @@ Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
         return Reason::no_route;
     if (Reason r = step(RDMA_CM_EVENT_ROUTE_RESOLVED); r != Reason::none)
         return r;
+    long t_route = us();
     if (Reason r = conn->create_resources(id, ring_log2()); r != Reason::none)
         return r;
     if (Reason r = conn->post_initial_receives(); r != Reason::none)
         return r;
+    long t_res = us();
 
     neg::Hello h;
     h.family = local.ss_family == AF_INET6 &&
@@ -650,8 +675,12 @@ Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
     }
     if (Reason r = step(RDMA_CM_EVENT_ESTABLISHED); r != Reason::none) {
         forget();
+        RS_DEBUG("negotiation fd=%d: route %ld us, resources %ld us, no answer after %ld us: %s", fd,
+                 t_route, t_res - t_route, us() - t_res, reason_code(r));
         return r;
     }
+    RS_DEBUG("negotiation fd=%d: route %ld us, resources %ld us, connect %ld us", fd, t_route,
+             t_res - t_route, us() - t_res);
     neg::Accept a;
     Reason r;
     {
