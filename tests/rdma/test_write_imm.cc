@@ -567,8 +567,10 @@ BOOST_AUTO_TEST_CASE(rdma_cm_write_with_immediate)
     BOOST_CHECK_EQUAL(sres.st.completions >= n, true);
     BOOST_CHECK_GT(cst.events, 0u);
     report("rdma_cm", n, cst, sres.st, ms);
+    double t1 = now_ms();
     settle_rdmacm(addr);
     ResCounts now = wait_for_counts(dev, base, 3000);
+    BOOST_TEST_MESSAGE("rdma_cm: counters back in " << (now_ms() - t1) << " ms");
     BOOST_CHECK_MESSAGE(now == base, "after the connection: " << format_counts(now)
                                                                << ", baseline "
                                                                << format_counts(base));
@@ -620,7 +622,9 @@ BOOST_AUTO_TEST_CASE(hand_connected_write_with_immediate)
         ctx.reset();  // the endpoints' objects keep it open
     }
     report("by hand", n, snd, rcv, now_ms() - t0);
+    double t1 = now_ms();
     ResCounts now = wait_for_counts(dev, base, 3000);
+    BOOST_TEST_MESSAGE("by hand: counters back in " << (now_ms() - t1) << " ms");
     BOOST_CHECK_MESSAGE(now == base, "after the QPs: " << format_counts(now) << ", baseline "
                                                        << format_counts(base));
 }
