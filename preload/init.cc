@@ -1,8 +1,11 @@
 // Library constructor: the only code that runs at load.  It checks secure-execution
 // mode and resolves the real symbols; nothing else (no environment, file, thread or
 // device) until the first eligible socket.
+#include "core/offload.hh"
 #include "core/runtime.hh"
 
 namespace {
 __attribute__((constructor(101))) void rdmasock_load() noexcept { rdmasock::rt::on_load(); }
+// exit(): flush offloaded connections (their bytes reach the peer before its EOF).
+__attribute__((destructor(101))) void rdmasock_unload() noexcept { rdmasock::offload::at_exit(); }
 }  // namespace

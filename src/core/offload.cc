@@ -1,6 +1,7 @@
 #include "core/offload.hh"
 
 #include <arpa/inet.h>
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "core/fd_table.hh"
 #include "core/negotiate.hh"
 #include "core/real.hh"
 #include "core/runtime.hh"
@@ -126,7 +128,7 @@ private:
     void loop() noexcept;
     void on_cm_events() noexcept;
     void handle(rdma_cm_event *ev) noexcept;
-    void timers() noexcept;
+    int timers() noexcept;  // returns the epoll timeout until the next deadline (-1: none)
     void reject(rdma_cm_id *id, Reason why) noexcept;
 
     bool started_ = false;
@@ -218,8 +220,10 @@ void Engine::unwatch_comp(Conn &c) noexcept
 void Engine::loop() noexcept
 {
     epoll_event evs[64];
+    int timeout = -1;
     for (;;) {
-        int n = RS_REAL(epoll_wait)(ep_, evs, 64, 50);
+        // No deadline pending: sleep until an event (an idle process uses no CPU).
+        int n = RS_REAL(epoll_wait)(ep_, evs, 64, timeout);
         for (int i = 0; i < n; ++i) {
             uint64_t tag = evs[i].data.u64;
             auto *c = reinterpret_cast<Conn *>(tag & ~uint64_t{3});
@@ -243,13 +247,14 @@ void Engine::loop() noexcept
                 break;
             }
         }
-        timers();
+        timeout = timers();
     }
 }
 
-void Engine::timers() noexcept
+int Engine::timers() noexcept
 {
     auto now = Clock::now();
+    Clock::time_point next = Clock::time_point::max();
     std::vector<std::shared_ptr<Conn>> drop;
     std::vector<std::shared_ptr<rdma::CmId>> expired;
     {
@@ -268,6 +273,7 @@ void Engine::timers() noexcept
                 drop.push_back(std::move(it->first));
                 it = graveyard.erase(it);
             } else {
+                next = std::min(next, it->second);
                 ++it;
             }
         }
@@ -277,11 +283,13 @@ void Engine::timers() noexcept
                 expired.push_back(std::move(it->second.id));
                 it = parked.erase(it);
             } else {
+                next = std::min(next, it->second.deadline);
                 ++it;
             }
         }
         for (auto &kv : conns)
-            kv.second->on_timer(now);
+            if (kv.second->on_timer(now))  // a grace period is running: check again soon
+                next = std::min(next, now + Ms(10));
     }
     // Destruction (rdma_destroy_id, dereg) outside the lock.
     for (auto &c : drop)
@@ -289,6 +297,10 @@ void Engine::timers() noexcept
             rdma_disconnect(c->cm_id()->get());
     drop.clear();
     expired.clear();
+    if (next == Clock::time_point::max())
+        return -1;
+    auto ms = std::chrono::duration_cast<Ms>(next - Clock::now()).count() + 1;
+    return ms < 0 ? 0 : static_cast<int>(std::min<long long>(ms, 60000));
 }
 
 void Engine::reject(rdma_cm_id *id, Reason why) noexcept
@@ -831,6 +843,24 @@ void on_close(int fd, Socket &s) noexcept
         std::lock_guard<std::mutex> lk(g_engine->mu);
         g_engine->unwatch_tcp(*c);
     }
+}
+
+void at_exit() noexcept
+{
+    if (g_engine == nullptr)
+        return;
+    fdt::for_each([](int fd, const SocketRef &s) {
+        if (s->transport == nullptr || !s->offloaded())
+            return;
+        auto *c = static_cast<Conn *>(s->transport);
+        if (c->phase() != Conn::Phase::rdma)
+            return;
+        linger lg{};
+        socklen_t len = sizeof lg;
+        bool abortive = RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 &&
+                        lg.l_onoff && lg.l_linger == 0;
+        c->close_connection(abortive);
+    });
 }
 
 void release_rdma(Conn &c) noexcept

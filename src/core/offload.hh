@@ -36,6 +36,11 @@ void release_rdma(Conn &c) noexcept;
 // then free everything.
 void retire(Conn &c) noexcept;
 
+// Process exit (library destructor, run by exit()): every offloaded connection still
+// open sends its FIN and waits (bounded) until its written bytes reached the peer, so
+// a program that writes and then exits loses nothing.  _exit() skips this.
+void at_exit() noexcept;
+
 // In a fork child: the parent's RDMA resources and thread are not ours.
 void after_fork_child() noexcept;
 

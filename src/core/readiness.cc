@@ -62,15 +62,19 @@ int add_shadows(int epfd, Set &set, int fd, Reg &r, Conn &c) noexcept
             return -errno;
     }
     r.on_shadows = true;
+    c.shadow_users(+1);
     set.by_data[r.data.u64] = fd;
     g_shadow_regs.fetch_add(1, std::memory_order_relaxed);
     return 0;
 }
 
-void del_shadows(int epfd, Set &set, Reg &r) noexcept
+void del_shadows(int epfd, Set &set, int fd, Reg &r) noexcept
 {
     if (!r.on_shadows)
         return;
+    if (SocketRef s = fdt::get(fd))
+        if (Conn *c = conn_of(s))
+            c->shadow_users(-1);
     RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, r.rd, nullptr);
     RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, r.wr, nullptr);
     set.by_data.erase(r.data.u64);
@@ -180,6 +184,8 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
         SocketRef s = fds[i].fd >= 0 && fdt::offloaded(fds[i].fd) ? fdt::get(fds[i].fd) : SocketRef();
         Conn *c = conn_of(s);
         if (c && c->phase() == Conn::Phase::rdma) {
+            c->shadow_users(+1);
+            c->sync_shadows();
             map[i] = {1, k.size(), 0, s};
             if (fds[i].events & (POLLIN | POLLRDHUP | POLLPRI)) {
                 k.push_back({c->rd_fd(), POLLIN, 0});
@@ -201,6 +207,15 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
         }
         return RS_REAL(poll)(fds, nfds, timeout_ms);
     }
+    struct Unwatch {
+        std::vector<Map> &m;
+        ~Unwatch()
+        {
+            for (auto &x : m)
+                if (x.kind == 1)
+                    static_cast<Conn *>(x.s->transport)->shadow_users(-1);
+        }
+    } unwatch{map};
     const bool infinite = timeout_ms < 0;
     const auto deadline = Clock::now() + std::chrono::milliseconds(infinite ? 0 : timeout_ms);
     bool first = true;
@@ -348,13 +363,31 @@ int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const timespec *tmo, cons
     return select_mixed(nfds, r, w, e, to_ms(tmo), mask, true);
 }
 
+namespace {
+int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcept;
+}
+
 int epoll_ctl(int epfd, int op, int fd, epoll_event *ev) noexcept
 {
     SocketRef s = fdt::get(fd);
     Conn *c = conn_of(s);
     if (c == nullptr || !s->offloaded())
         return RS_REAL(epoll_ctl)(epfd, op, fd, ev);
-    std::lock_guard<std::mutex> lk(g_mu);
+    int r;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        r = epoll_ctl_locked(epfd, op, fd, ev, c);
+    }
+    int e = errno;
+    if (r == 0 && op != EPOLL_CTL_DEL && c->phase() == Conn::Phase::rdma)
+        c->sync_shadows();  // the new registration sees the current state
+    errno = e;
+    return r;
+}
+
+namespace {
+int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcept
+{
     Set &set = g_sets[epfd];
     if (set.regs.empty() && set.by_data.empty())
         g_sets_count.fetch_add(1, std::memory_order_relaxed);
@@ -407,7 +440,7 @@ int epoll_ctl(int epfd, int op, int fd, epoll_event *ev) noexcept
             it->second.data = ev->data;
             return 0;
         }
-        del_shadows(epfd, set, it->second);
+        del_shadows(epfd, set, fd, it->second);
         it->second.events = ev->events;
         it->second.data = ev->data;
         if ((r = add_shadows(epfd, set, fd, it->second, *c)) != 0) {
@@ -421,7 +454,7 @@ int epoll_ctl(int epfd, int op, int fd, epoll_event *ev) noexcept
             return -1;
         }
         if (it->second.on_shadows)
-            del_shadows(epfd, set, it->second);
+            del_shadows(epfd, set, fd, it->second);
         else
             RS_REAL(epoll_ctl)(epfd, op, fd, ev);
         set.regs.erase(it);
@@ -431,6 +464,7 @@ int epoll_ctl(int epfd, int op, int fd, epoll_event *ev) noexcept
         return -1;
     }
 }
+}  // namespace
 
 int epoll_wait(int epfd, epoll_event *ev, int maxev, int timeout_ms) noexcept
 {
@@ -491,7 +525,7 @@ void on_close(int fd) noexcept
         auto it = kv.second.regs.find(fd);
         if (it == kv.second.regs.end())
             continue;
-        del_shadows(kv.first, kv.second, it->second);
+        del_shadows(kv.first, kv.second, fd, it->second);
         kv.second.regs.erase(it);
     }
 }

@@ -358,7 +358,7 @@ void Conn::handle_recv_locked(uint32_t imm) noexcept
             return;
         }
         rx_prod_ += v;
-        if (rd_set_)
+        if (rd_set_ && shadow_users_.load(std::memory_order_relaxed) > 0)
             efd_write(rd_efd_, 1);  // a new arrival: edge-triggered waiters see an edge
         break;
     }
@@ -468,9 +468,23 @@ bool Conn::writable_locked() const noexcept
     return space > 0 && sq_used + 3 < sq_depth_;
 }
 
+void Conn::shadow_users(int delta) noexcept
+{
+    shadow_users_.fetch_add(delta, std::memory_order_acq_rel);
+}
+
+void Conn::sync_shadows() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    poll_cq_locked();
+    update_shadows_locked();
+}
+
 void Conn::update_shadows_locked() noexcept
 {
-    if (phase_.load() != Phase::rdma || dead_)
+    // Nobody watches the eventfds (no epoll registration, no poll/select, no blocked
+    // call): skip the two syscalls; the first watcher brings them up to date.
+    if (phase_.load() != Phase::rdma || dead_ || shadow_users_.load(std::memory_order_relaxed) == 0)
         return;
     bool r = readable_locked();
     if (r && !rd_set_) {
@@ -524,17 +538,48 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
                std::unique_lock<std::mutex> &lk) noexcept
 {
     int tmo = timeout_ms(tcp_fd_, for_send);
+    const bool have_cq = cq_ && !dead_ && phase_.load() == Phase::rdma;
+    // Busy-poll mode (RDMASOCK_BUSY_POLL_US): spin on the completion queue for a bounded
+    // time before sleeping.  Off by default: an idle process uses no CPU.
+    long spin_us = rt::config().busy_poll_us;
+    if (spin_us > 0 && have_cq && !tcp_too) {
+        auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+        do {
+            poll_cq_locked();
+            update_shadows_locked();
+            if (efd == rd_efd_ ? readable_locked() : writable_locked())
+                return 0;
+            lk.unlock();
+            __builtin_ia32_pause();
+            lk.lock();
+        } while (std::chrono::steady_clock::now() < end);
+    }
+    shadow_users_.fetch_add(1, std::memory_order_acq_rel);
+    update_shadows_locked();
     lk.unlock();
-    pollfd p[2] = {{efd, events, 0}, {tcp_fd_, POLLIN, 0}};
-    int r = RS_REAL(poll)(p, tcp_too ? 2 : 1, tmo);
+    // The waiting thread also watches the completion channel itself, so a wake-up does
+    // not have to go through the progress thread (whichever reads the event first
+    // handles it; both re-arm and re-poll, so none is lost).
+    pollfd p[3] = {{efd, events, 0}, {have_cq ? comp_fd() : -1, POLLIN, 0}, {tcp_fd_, POLLIN, 0}};
+    int r = RS_REAL(poll)(p, tcp_too ? 3 : 2, tmo);
     int e = errno;
     lk.lock();
+    shadow_users_.fetch_sub(1, std::memory_order_acq_rel);
     if (r == 0)
         return -EAGAIN;
     if (r < 0 && e == EINTR)
         return restart_after_signal(tmo >= 0) ? 0 : -EINTR;
     if (r < 0)
         return -e;
+    if (have_cq && (p[1].revents & POLLIN)) {
+        while (cq_->ack_event() >= 0) {
+        }
+        poll_cq_locked();
+        cq_->arm();
+        poll_cq_locked();
+        update_shadows_locked();
+        cv_.notify_all();
+    }
     // A stale wake-up of a level flag we are about to recompute: drain it.
     if (efd == rd_efd_ && (p[0].revents & POLLIN) && !rd_set_)
         efd_drain(rd_efd_);

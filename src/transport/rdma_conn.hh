@@ -83,6 +83,11 @@ public:
 
     // --- readiness ----------------------------------------------------------------------
     int rd_fd() const noexcept { return rd_efd_; }
+    // Someone starts (+1) or stops (-1) watching the eventfds: an epoll registration or
+    // a poll/select call.  They are kept up to date only while watched; a new watcher
+    // calls sync_shadows() (takes the connection lock) once it holds no other lock.
+    void shadow_users(int delta) noexcept;
+    void sync_shadows() noexcept;
     int wr_fd() const noexcept { return wr_efd_; }
     int comp_fd() const noexcept;
 
@@ -155,6 +160,7 @@ private:
     int rd_efd_ = -1;
     int wr_efd_ = -1;
     bool rd_set_ = false;
+    std::atomic<int> shadow_users_{0};
     bool wr_blocked_ = false;  // wr_efd_ holds the "not writable" value
 
     // receive side
