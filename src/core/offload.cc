@@ -137,6 +137,15 @@ private:
     std::shared_ptr<rdma::CmChannel> cm_;
 };
 
+// The queue pair's local ACK timeout: 4.096 us * 2^18 ~ 1 s per try, 7 tries.  Under a
+// loaded machine (or software RoCE under emulation) the default (~67 ms) lets a slow
+// but alive peer look dead; a dead peer is detected through its TCP connection anyway.
+void set_ack_timeout(rdma_cm_id *id) noexcept
+{
+    uint8_t t = 18;
+    rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof t);
+}
+
 Engine *g_engine = nullptr;
 std::mutex g_start_mu;
 unsigned ring_log2() noexcept;
@@ -347,6 +356,7 @@ void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
     param.rnr_retry_count = 7;
     conns[c.get()] = c;
     watch(*c);
+    set_ack_timeout(p.id->get());
     if (rdma_accept(p.id->get(), &param) != 0) {
         RS_DEBUG("rdma_accept: %s", strerror(errno));
         unwatch(*c);
@@ -681,6 +691,7 @@ Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
         e->unwatch(*conn);
         e->conns.erase(conn.get());
     };
+    set_ack_timeout(id->get());
     if (rdma_connect(id->get(), &param) != 0) {
         forget();
         return Reason::rejected;

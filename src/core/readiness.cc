@@ -232,6 +232,23 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
                 ++ready;
         }
         int tmo = ready ? 0 : ms_left(deadline, infinite);
+        // Busy-poll mode: spin on the offloaded sockets (each poll_mask polls its
+        // completion queue) before sleeping.
+        if (!ready && tmo != 0 && rt::config().busy_poll_us > 0) {
+            auto end = Clock::now() + std::chrono::microseconds(rt::config().busy_poll_us);
+            while (!ready && Clock::now() < end) {
+                for (nfds_t i = 0; i < nfds; ++i) {
+                    if (map[i].kind != 1)
+                        continue;
+                    unsigned m = static_cast<Conn *>(map[i].s->transport)->poll_mask(fds[i].fd);
+                    fds[i].revents = static_cast<short>(m & (static_cast<unsigned>(fds[i].events) | POLLERR | POLLHUP));
+                    if (fds[i].revents)
+                        ++ready;
+                }
+            }
+            if (ready)
+                tmo = 0;
+        }
         for (auto &p : k)
             p.revents = 0;
         int r;
