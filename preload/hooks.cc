@@ -277,7 +277,7 @@ int connect(int fd, const sockaddr *addr, socklen_t len) noexcept
     memcpy(&s->peer, addr, n);
     s->has_peer = true;
     s->reason.store(rt::default_reason(), std::memory_order_relaxed);
-    if (rt::default_reason() != Reason::not_implemented)
+    if (rt::default_reason() != Reason::pending)
         return r;  // no device, or disabled: nothing to negotiate
     bool connected = r == 0;
     if (!connected) {

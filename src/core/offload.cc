@@ -738,7 +738,7 @@ Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
 void client_negotiate(int fd, Socket &s) noexcept
 {
     Reason base = rt::default_reason();
-    if (base != Reason::not_implemented) {  // no device, disabled
+    if (base != Reason::pending) {  // no device, disabled
         s.reason.store(base, std::memory_order_relaxed);
         return;
     }
@@ -766,7 +766,7 @@ void client_negotiate(int fd, Socket &s) noexcept
 
 void on_listen(int fd, Socket &s) noexcept
 {
-    if (rt::default_reason() != Reason::not_implemented)
+    if (rt::default_reason() != Reason::pending)
         return;
     Engine *e = engine();
     if (e == nullptr)
@@ -796,9 +796,10 @@ void on_listen(int fd, Socket &s) noexcept
 void on_accept(Socket &ls, int fd, Socket &s) noexcept
 {
     if (!ls.listener || ls.listener_pid != getpid() || g_engine == nullptr) {
-        s.reason.store(rt::default_reason() == Reason::not_implemented ? Reason::not_rdma_addr
-                                                                         : rt::default_reason(),
-                       std::memory_order_relaxed);
+        Reason r = rt::default_reason();
+        if (r == Reason::pending)
+            r = ls.listener ? Reason::forked_listener : Reason::no_listener;
+        s.reason.store(r, std::memory_order_relaxed);
         return;
     }
     Engine *e = g_engine;

@@ -20,7 +20,7 @@ enum State : int { kIdle, kStarting, kOn, kOff };
 std::atomic<int> g_state{kIdle};
 bool g_secure = false;
 Config g_config;
-Reason g_default_reason = Reason::not_implemented;
+Reason g_default_reason = Reason::pending;
 thread_local bool t_starting = false;
 
 const char *env_get(const char *name, void *) { return secure_getenv(name); }
@@ -40,7 +40,7 @@ void start() noexcept
         g_default_reason = Reason::no_device;
         RS_DEBUG("no active RDMA device (%d devices found)", probe.devices);
     } else {
-        g_default_reason = Reason::not_implemented;
+        g_default_reason = Reason::pending;
         RS_DEBUG("%d RDMA devices, %d active ports", probe.devices, probe.active_ports);
     }
 }

@@ -26,8 +26,8 @@ bool ensure_started() noexcept;
 // Valid after ensure_started() returned true.
 const Config &config() noexcept;
 
-// Why a new connection is not on RDMA before any negotiation: no_device, or
-// not_implemented while this build has no offload.
+// Why a new connection is not on RDMA before any negotiation: no_device, disabled, or
+// pending when an RDMA device is present (the connection may still be offloaded).
 Reason default_reason() noexcept;
 
 // Number of offloaded sockets alive: zero means every wait primitive passes through.
