@@ -88,6 +88,7 @@ void format_addr(const sockaddr_storage &ss, char *out, size_t n) noexcept
 // What the close-time log line says about a connection; gathered while its fd is open.
 struct CloseInfo {
     bool connection = false;
+    bool never_connected = false;  // e.g. a refused nonblocking connect
     char local[64] = "-";
     char peer[64] = "-";
     Counters counters;
@@ -106,6 +107,11 @@ CloseInfo capture(int fd, Socket &s) noexcept
         format_addr(local, ci.local, sizeof ci.local);
     format_addr(s.peer, ci.peer, sizeof ci.peer);
     ci.counters = transport_of(s).counters(fd);
+    sockaddr_storage peer{};
+    socklen_t pl = sizeof peer;
+    ci.never_connected = s.role == Role::client && !s.offloaded() &&
+                         RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&peer), &pl) != 0 &&
+                         ci.counters.bytes_sent == 0 && ci.counters.bytes_received == 0;
     return ci;
 }
 
@@ -117,6 +123,8 @@ void log_close(int fd, const Socket &s, const CloseInfo &ci) noexcept
     Reason r = s.reason.load(std::memory_order_relaxed);
     const char *transport = s.offloaded() ? "rdma" : "tcp";
     char reason[48] = "";
+    if (ci.never_connected)
+        r = Reason::not_connected;
     if (!s.offloaded())
         snprintf(reason, sizeof reason, " reason=%s", reason_code(r));
     log::write(log::kInfo,

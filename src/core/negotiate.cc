@@ -159,6 +159,11 @@ void encode_decline(Reason r, uint8_t out[kDeclineSize]) noexcept
     out[5] = static_cast<uint8_t>(r);
 }
 
+bool is_decline(const void *data, size_t len) noexcept
+{
+    return data != nullptr && len >= kDeclineSize && memcmp(data, kMagicDecline, 4) == 0;
+}
+
 Reason decode_decline(const void *data, size_t len) noexcept
 {
     uint8_t m[kDeclineSize];

@@ -53,6 +53,8 @@ void encode_confirm(const Nonce &n, uint8_t out[kConfirmSize]) noexcept;
 // Decoders: `len` is what the peer sent (rdma_cm may pad private data with zeros).
 Reason decode(const void *data, size_t len, Hello *out) noexcept;
 Reason decode(const void *data, size_t len, Accept *out) noexcept;
+// True when `data` is a DECLINE of our protocol (magic), whatever its contents.
+bool is_decline(const void *data, size_t len) noexcept;
 // A DECLINE's reason, or bad_message when it is not one.  Reasons a peer may not claim
 // (none, pending...) are mapped to `rejected`.
 Reason decode_decline(const void *data, size_t len) noexcept;

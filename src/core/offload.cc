@@ -111,6 +111,9 @@ public:
     std::map<std::array<uint8_t, 17>, Cached> negative;
     std::vector<std::pair<std::shared_ptr<Conn>, Clock::time_point>> graveyard;
     std::vector<Conn *> retiring;
+    // Requests claimed by an accept(): accepted by the progress thread, so accept()
+    // itself never waits for queue pairs and rings to be created.
+    std::vector<std::pair<std::shared_ptr<Conn>, Parked>> claimed;
 
     void watch(Conn &c) noexcept;
     void unwatch(Conn &c) noexcept;      // both fds (the TCP fd must still be open)
@@ -268,6 +271,9 @@ int Engine::timers() noexcept
     std::vector<std::shared_ptr<rdma::CmId>> expired;
     {
         std::lock_guard<std::mutex> lk(mu);
+        for (auto &cp : claimed)
+            accept_request(cp.first, std::move(cp.second));
+        claimed.clear();
         for (Conn *c : retiring) {
             auto it = conns.find(c);
             if (it == conns.end())
@@ -618,10 +624,11 @@ Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
             return Reason::not_rdma_addr;
         case RDMA_CM_EVENT_ROUTE_ERROR:
             return Reason::no_route;
-        case RDMA_CM_EVENT_REJECTED: {
-            Reason d = neg::decode_decline(attempt.pdata, attempt.plen);
-            return d == Reason::bad_message ? Reason::peer_no_rdmasock : d;
-        }
+        case RDMA_CM_EVENT_REJECTED:
+            // No DECLINE: rejected by rdma_cm itself (no RDMA listener on that port).
+            if (!neg::is_decline(attempt.pdata, attempt.plen))
+                return Reason::peer_no_rdmasock;
+            return neg::decode_decline(attempt.pdata, attempt.plen);
         case RDMA_CM_EVENT_UNREACHABLE:
             return Reason::timeout;
         default:
@@ -818,9 +825,9 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
         std::lock_guard<std::mutex> lk(e->mu);
         auto pit = e->parked.find(k);
         if (pit != e->parked.end()) {
-            Parked p = std::move(pit->second);
+            e->claimed.emplace_back(conn, std::move(pit->second));
             e->parked.erase(pit);
-            e->accept_request(conn, std::move(p));
+            e->wake();
         } else {
             e->maybe[k] = conn;
         }

@@ -60,12 +60,23 @@ public:
                 unsent = 0;
             if (RS_REAL(ioctl)(fd, SIOCINQ, &unread) < 0)
                 unread = 0;
+            // States of include/net/tcp_states.h.
+            enum { kFinWait1 = 4, kTimeWait = 6, kClose = 7, kCloseWait = 8, kLastAck = 9,
+                   kClosing = 11 };
+            const int st = ti.tcpi_state;
+            // SIOCOUTQNSD counts our own FIN while it waits behind unsent data.
+            if (unsent > 0 && (st == kFinWait1 || st == kLastAck || st == kClosing))
+                unsent -= 1;
             c.bytes_sent = ti.tcpi_bytes_sent - ti.tcpi_bytes_retrans + static_cast<uint64_t>(unsent);
             uint64_t rcvd = ti.tcpi_bytes_received;
-            // States reached only after the peer's FIN (include/net/tcp_states.h).
-            enum { kTimeWait = 6, kCloseWait = 8, kLastAck = 9, kClosing = 11 };
-            bool fin_in = ti.tcpi_state == kCloseWait || ti.tcpi_state == kLastAck ||
-                          ti.tcpi_state == kClosing || ti.tcpi_state == kTimeWait;
+            // The kernel counts the peer's FIN as one received byte.  States reached only
+            // after it; in CLOSE (both FINs exchanged, or a reset) the read side says.
+            bool fin_in = st == kCloseWait || st == kLastAck || st == kClosing || st == kTimeWait;
+            if (st == kClose) {
+                pollfd p{fd, POLLRDHUP, 0};
+                fin_in = RS_REAL(poll)(&p, 1, 0) > 0 && (p.revents & POLLRDHUP) &&
+                         !(p.revents & POLLERR);
+            }
             if (fin_in && rcvd > 0)
                 rcvd -= 1;
             c.bytes_received = rcvd > static_cast<uint64_t>(unread) ? rcvd - unread : 0;

@@ -1,0 +1,29 @@
+# Black-box tests (issue "Foundation", point 7): every program behaves exactly as it does
+# without the library.  sockprobe runs socket scenarios and prints deterministic
+# transcripts; parity_tests runs each scenario without and with librdmasock.so preloaded
+# and compares; program_tests does the same with real programs (iperf3, redis, nginx,
+# python, busybox, a setuid program).  Paths are relative to the top directory.
+
+check_PROGRAMS += tests/preload/sockprobe tests/preload/parity_tests tests/preload/program_tests
+
+# The scenario program: plain C++, no Boost; it is what runs under the preload library.
+tests_preload_sockprobe_SOURCES = tests/preload/sockprobe.cc
+tests_preload_sockprobe_LDADD = -lpthread
+
+preload_test_cppflags = $(AM_CPPFLAGS) -DBOOST_TEST_DYN_LINK \
+	-DRDMASOCK_BUILD_LIB='"$(abs_top_builddir)/.libs/librdmasock.so"' \
+	-DSOCKPROBE='"$(abs_top_builddir)/tests/preload/sockprobe$(EXEEXT)"' \
+	-DRDMASOCK_LAUNCHER='"$(abs_top_builddir)/tools/rdmasock$(EXEEXT)"' \
+	-DRDMASOCK_REASON_DEF='"$(abs_top_srcdir)/src/core/reason.def"'
+
+tests_preload_parity_tests_SOURCES = tests/preload/parity_tests.cc \
+	tests/preload/harness.cc tests/preload/harness.hh
+tests_preload_parity_tests_CPPFLAGS = $(preload_test_cppflags)
+tests_preload_parity_tests_LDADD = $(BOOST_TEST_LIBS) -lpthread
+
+tests_preload_program_tests_SOURCES = tests/preload/program_tests.cc \
+	tests/preload/harness.cc tests/preload/harness.hh
+tests_preload_program_tests_CPPFLAGS = $(preload_test_cppflags)
+tests_preload_program_tests_LDADD = $(BOOST_TEST_LIBS) -lpthread
+
+TESTS += tests/preload/parity_tests tests/preload/program_tests

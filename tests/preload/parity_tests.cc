@@ -1,0 +1,1169 @@
+// Black-box parity tests: every sockprobe scenario runs twice, without and with
+// librdmasock.so preloaded (RDMASOCK_LOG_LEVEL=info, log to a temporary file).  A case
+// passes when
+//   - the transcript without the library is the kernel's expected transcript below
+//     (so the test fails if both runs are wrong the same way),
+//   - the transcript, standard error and exit status with the library are identical,
+//   - the library's log holds only well-formed lines: no warning, no error, every
+//     event=close line with the documented keys in the documented order, a known reason
+//     code, and no connection endpoint logged twice by one process.
+// Some cases check the close-time log line further (byte counts, fd, addresses).
+//
+// The expected transcripts were taken from Linux (6.x) and checked against the kernel's
+// documented behaviour; lines starting with "addr " are run-dependent and left out.
+#define BOOST_TEST_MODULE rdmasock preload parity
+#include <boost/test/unit_test.hpp>
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/preload/harness.hh"
+
+#ifndef RDMASOCK_BUILD_LIB
+#error RDMASOCK_BUILD_LIB must name the built librdmasock.so
+#endif
+#ifndef SOCKPROBE
+#error SOCKPROBE must name the built sockprobe
+#endif
+
+namespace {
+
+using harness::Fields;
+
+const std::string kLib = RDMASOCK_BUILD_LIB;
+const std::string kProbe = SOCKPROBE;
+constexpr int kTimeoutMs = 30000;
+
+struct Runs {
+    harness::Result plain, pre;
+    std::string log;
+    harness::LogCheck lc;
+};
+
+std::set<std::string> &covered()
+{
+    static std::set<std::string> s;
+    return s;
+}
+
+struct Covers {
+    explicit Covers(const std::string &scenario) { covered().insert(scenario); }
+};
+
+std::set<std::string> reason_codes()
+{
+    std::set<std::string> codes;
+#ifdef RDMASOCK_REASON_DEF
+    std::ifstream in(RDMASOCK_REASON_DEF);
+    std::string line;
+    std::regex re(R"(^RS_REASON\(\s*\w+\s*,\s*"([a-z_]+)\")");
+    while (std::getline(in, line)) {
+        std::smatch m;
+        if (std::regex_search(line, m, re))
+            codes.insert(m[1]);
+    }
+#endif
+    return codes;
+}
+
+Runs parity(const std::vector<std::string> &args, const std::string &expected)
+{
+    BOOST_REQUIRE_MESSAGE(harness::file_exists(kLib), "the library is not built: " << kLib);
+    BOOST_REQUIRE_MESSAGE(harness::file_exists(kProbe), "sockprobe is not built: " << kProbe);
+    harness::TempDir td;
+    BOOST_REQUIRE(!td.path().empty());
+    const std::string log = td / "rdmasock.log";
+    std::vector<std::string> argv = {kProbe};
+    argv.insert(argv.end(), args.begin(), args.end());
+    harness::Env env = harness::base_env();
+    harness::set_var(env, "TMPDIR", td.path());
+    Runs r;
+    r.plain = harness::run(argv, env, kTimeoutMs);
+    r.pre = harness::run(argv, harness::with_lib(env, kLib, "info", log), kTimeoutMs);
+
+    BOOST_CHECK_MESSAGE(r.plain.exit_code() == 0, "without the library: " << r.plain.describe());
+    BOOST_CHECK_MESSAGE(r.pre.exit_code() == 0, "with the library: " << r.pre.describe());
+    const std::string tp = harness::drop_lines(r.plain.out, "addr ");
+    const std::string tw = harness::drop_lines(r.pre.out, "addr ");
+    std::string d = harness::first_difference(tp, expected);
+    BOOST_CHECK_MESSAGE(d.empty(), "without the library the transcript is not the kernel's expected one: "
+                                       << d << "\n--- transcript ---\n" << r.plain.out);
+    d = harness::first_difference(tw, tp);
+    BOOST_CHECK_MESSAGE(d.empty(), "with the library the transcript differs from without it: "
+                                       << d << "\n--- with ---\n" << r.pre.out << "--- without ---\n"
+                                       << r.plain.out);
+    BOOST_CHECK_MESSAGE(r.pre.err == r.plain.err, "standard error differs\n--- with ---\n"
+                                                      << r.pre.err << "--- without ---\n" << r.plain.err);
+    BOOST_CHECK_EQUAL(r.pre.exit_code(), r.plain.exit_code());
+
+    r.log = harness::read_file(log);
+    r.lc = harness::check_log(r.log);
+    for (auto &p : r.lc.problems)
+        BOOST_ERROR(p);
+    static const std::set<std::string> codes = reason_codes();
+    std::set<std::string> seen;
+    for (auto &f : r.lc.closes) {
+        if (f.count("reason") && !codes.empty())
+            BOOST_CHECK_MESSAGE(codes.count(f.at("reason")), "unknown reason code " << f.at("reason"));
+        std::string key = f.at("pid") + " " + f.at("local") + " " + f.at("peer");
+        BOOST_CHECK_MESSAGE(seen.insert(key).second, "one process logged a connection twice: " << key);
+    }
+    BOOST_TEST_MESSAGE(args[0] << ": " << r.lc.closes.size() << " close lines logged");
+    return r;
+}
+
+std::vector<Fields> with_role(const Runs &r, const std::string &role)
+{
+    std::vector<Fields> v;
+    for (auto &f : r.lc.closes)
+        if (f.at("role") == role)
+            v.push_back(f);
+    return v;
+}
+
+// Both ends wrote 8 MiB: one line per end, bytes_sent exact.  (bytes_received is not
+// checked here: see closelog_*_eof for the FIN accounting.)
+void check_stream_log(const Runs &r)
+{
+    BOOST_CHECK_EQUAL(r.lc.closes.size(), 2u);
+    for (const char *role : {"client", "server"}) {
+        auto v = with_role(r, role);
+        BOOST_CHECK_EQUAL(v.size(), 1u);
+        for (auto &f : v) {
+            BOOST_CHECK_EQUAL(f.at("transport"), "tcp");
+            BOOST_CHECK_EQUAL(f.at("bytes_sent"), "8388608");
+        }
+    }
+}
+
+std::string note(const Runs &r, const std::string &key)
+{
+    std::regex re("^note " + key + "=(\\d+)$");
+    for (auto &l : harness::split_lines(r.plain.out)) {
+        std::smatch m;
+        if (std::regex_match(l, m, re))
+            return m[1];
+    }
+    return "";
+}
+
+// The five duplicates of the client end share one close line, logged at the last close.
+void check_dup_log(const Runs &r)
+{
+    BOOST_CHECK_EQUAL(r.lc.closes.size(), 2u);
+    auto c = with_role(r, "client");
+    BOOST_REQUIRE_EQUAL(c.size(), 1u);
+    BOOST_CHECK_EQUAL(c[0].at("fd"), note(r, "last-close fd"));
+    BOOST_CHECK_EQUAL(c[0].at("bytes_sent"), "7");
+    BOOST_CHECK_EQUAL(c[0].at("bytes_received"), "6");
+}
+
+// dup2 over a live socket closes it: its line is logged then, under the victim's fd.
+void check_dup2_log(const Runs &r)
+{
+    BOOST_CHECK_EQUAL(r.lc.closes.size(), 4u);
+    std::string victim = note(r, "victim fd");
+    bool found = false;
+    for (auto &f : with_role(r, "client"))
+        if (f.at("fd") == victim && f.at("bytes_sent") == "0" && f.at("bytes_received") == "0")
+            found = true;
+    BOOST_CHECK_MESSAGE(found, "no close line for the socket dup2 replaced (fd " << victim << ")\n" << r.log);
+}
+
+// Exactly one close line per side, with the fd and addresses the program saw with
+// getsockname/getpeername ("addr" lines) and the given byte counts (sent, received).
+void check_close_lines(const Runs &r, const std::map<std::string, std::pair<std::string, std::string>> &bytes)
+{
+    std::regex re(R"(^addr (client|server) fd=(\d+) local=(\S+) peer=(\S+)$)");
+    std::map<std::string, std::vector<std::string>> seen;
+    for (auto &l : harness::split_lines(r.pre.out)) {
+        std::smatch m;
+        if (std::regex_match(l, m, re))
+            seen[m[1]] = {m[2], m[3], m[4]};
+    }
+    BOOST_REQUIRE_EQUAL(seen.size(), 2u);
+    BOOST_CHECK_EQUAL(r.lc.closes.size(), 2u);
+    for (const char *role : {"client", "server"}) {
+        auto v = with_role(r, role);
+        BOOST_REQUIRE_MESSAGE(v.size() == 1, "want one close line for the " << role << "\n" << r.log);
+        const Fields &f = v[0];
+        BOOST_TEST_CONTEXT(role << " line of " << r.log)
+        {
+            BOOST_CHECK_EQUAL(f.at("fd"), seen[role][0]);
+            BOOST_CHECK_EQUAL(f.at("local"), seen[role][1]);
+            BOOST_CHECK_EQUAL(f.at("peer"), seen[role][2]);
+            BOOST_CHECK_EQUAL(f.at("transport"), "tcp");
+            BOOST_CHECK(f.count("reason") && !f.at("reason").empty());
+            BOOST_CHECK_EQUAL(f.at("bytes_sent"), bytes.at(role).first);
+            BOOST_CHECK_EQUAL(f.at("bytes_received"), bytes.at(role).second);
+        }
+    }
+}
+
+const Covers cov_closelog("closelog"), cov_closelog_queued("closelog-queued");
+
+// closelog FAMILY MODE: client sends 123457 bytes, server 4242.
+void check_closelog(const char *fam, const char *mode)
+{
+    Runs r = parity({"closelog", fam, mode}, "server received 123457, client received 4242\nclosed\n");
+    check_close_lines(r, {{"client", {"123457", "4242"}}, {"server", {"4242", "123457"}}});
+}
+
+// closelog-queued FAMILY: the client closes with data and its FIN still queued.
+void check_closelog_queued(const char *fam)
+{
+    Runs r = parity({"closelog-queued", fam}, "client: got EAGAIN after >0 bytes\n"
+                                              "client shutdown SHUT_WR = 0\n"
+                                              "client close = 0\n"
+                                              "server received everything the client wrote: yes\n"
+                                              "server close = 0\n");
+    std::smatch m;
+    std::string wrote;
+    if (std::regex_search(r.pre.out, m, std::regex(R"(addr client wrote=(\d+))")))
+        wrote = m[1];
+    BOOST_REQUIRE(!wrote.empty());
+    check_close_lines(r, {{"client", {wrote, "0"}}, {"server", {"0", wrote}}});
+}
+
+using Extra = void (*)(const Runs &);
+
+}  // namespace
+
+#define PARITY_CASE(name, args, extra, expected)                              \
+    static Covers covers_##name{std::vector<std::string> args.front()};      \
+    BOOST_AUTO_TEST_CASE(name)                                               \
+    {                                                                        \
+        Runs r = parity(std::vector<std::string> args, expected);            \
+        Extra x = extra;                                                     \
+        if (x != nullptr)                                                    \
+            x(r);                                                            \
+    }
+
+/* ---- byte-exact streams: 8 MiB each way at once, every send/receive family --------- */
+
+PARITY_CASE(stream_rw_inet, ({"stream", "rw", "inet"}), check_stream_log,
+R"(stream rw inet bytes=8388608 each way
+client->server sent=8388608 received=8388608 verify=ok fnv=4da59ab4003ce383 tx_err=0 rx_err=0
+server->client sent=8388608 received=8388608 verify=ok fnv=392b514e61105383 tx_err=0 rx_err=0
+)")
+
+PARITY_CASE(stream_iov_inet, ({"stream", "iov", "inet"}), check_stream_log,
+R"(stream iov inet bytes=8388608 each way
+client->server sent=8388608 received=8388608 verify=ok fnv=4da59ab4003ce383 tx_err=0 rx_err=0
+server->client sent=8388608 received=8388608 verify=ok fnv=392b514e61105383 tx_err=0 rx_err=0
+)")
+
+PARITY_CASE(stream_sendrecv_inet, ({"stream", "sendrecv", "inet"}), check_stream_log,
+R"(stream sendrecv inet bytes=8388608 each way
+client->server sent=8388608 received=8388608 verify=ok fnv=4da59ab4003ce383 tx_err=0 rx_err=0
+server->client sent=8388608 received=8388608 verify=ok fnv=392b514e61105383 tx_err=0 rx_err=0
+)")
+
+PARITY_CASE(stream_msg_inet, ({"stream", "msg", "inet"}), check_stream_log,
+R"(stream msg inet bytes=8388608 each way
+client->server sent=8388608 received=8388608 verify=ok fnv=4da59ab4003ce383 tx_err=0 rx_err=0
+server->client sent=8388608 received=8388608 verify=ok fnv=392b514e61105383 tx_err=0 rx_err=0
+recvmsg msg_flags seen: none
+)")
+
+PARITY_CASE(stream_sendfile_inet, ({"stream", "sendfile", "inet"}), check_stream_log,
+R"(stream sendfile inet bytes=8388608 each way
+client->server sent=8388608 received=8388608 verify=ok fnv=4da59ab4003ce383 tx_err=0 rx_err=0
+server->client sent=8388608 received=8388608 verify=ok fnv=392b514e61105383 tx_err=0 rx_err=0
+sendfile client offset=4194304 filepos=8388608
+sendfile server offset=4194304 filepos=8388608
+)")
+
+PARITY_CASE(stream_rw_inet6, ({"stream", "rw", "inet6"}), check_stream_log,
+R"(stream rw inet6 bytes=8388608 each way
+client->server sent=8388608 received=8388608 verify=ok fnv=4da59ab4003ce383 tx_err=0 rx_err=0
+server->client sent=8388608 received=8388608 verify=ok fnv=392b514e61105383 tx_err=0 rx_err=0
+)")
+
+PARITY_CASE(stream_msg_inet6, ({"stream", "msg", "inet6"}), check_stream_log,
+R"(stream msg inet6 bytes=8388608 each way
+client->server sent=8388608 received=8388608 verify=ok fnv=4da59ab4003ce383 tx_err=0 rx_err=0
+server->client sent=8388608 received=8388608 verify=ok fnv=392b514e61105383 tx_err=0 rx_err=0
+recvmsg msg_flags seen: none
+)")
+
+/* ---- errno parity ----------------------------------------------------------------- */
+
+PARITY_CASE(errno_refused, ({"refused"}), nullptr,
+R"(family inet
+connect to a closed port = -1 ECONNREFUSED
+SO_ERROR after = 0
+connect again = -1 ECONNREFUSED
+getpeername = -1 ENOTCONN
+family inet6
+connect to a closed port = -1 ECONNREFUSED
+SO_ERROR after = 0
+connect again = -1 ECONNREFUSED
+getpeername = -1 ENOTCONN
+)")
+
+PARITY_CASE(errno_epipe_sigpipe, ({"epipe"}), nullptr,
+R"(peer close = 0
+read after peer close (EOF) = 0
+first write after peer close = 1
+poll for the reset = 1
+mask after reset = POLLIN|POLLOUT|POLLERR|POLLHUP|POLLRDHUP
+send MSG_NOSIGNAL = -1 EPIPE
+SIGPIPE count = 0
+write = -1 EPIPE
+SIGPIPE count = 1
+send flags 0 = -1 EPIPE
+SIGPIPE count = 2
+writev = -1 EPIPE
+SIGPIPE count = 3
+sendmsg MSG_NOSIGNAL = -1 EPIPE
+SIGPIPE count = 3
+sendto MSG_NOSIGNAL = -1 EPIPE
+SIGPIPE count = 3
+read after reset = 0
+SO_ERROR = 0
+child with default SIGPIPE: killed by SIGPIPE
+)")
+
+PARITY_CASE(errno_ebadf, ({"ebadf"}), nullptr,
+R"(close = 0
+read = -1 EBADF
+write = -1 EBADF
+readv = -1 EBADF
+writev = -1 EBADF
+recv = -1 EBADF
+send = -1 EBADF
+recvfrom = -1 EBADF
+sendto = -1 EBADF
+recvmsg = -1 EBADF
+sendmsg = -1 EBADF
+sendfile = -1 EBADF
+connect = -1 EBADF
+bind = -1 EBADF
+listen = -1 EBADF
+accept = -1 EBADF
+accept4 = -1 EBADF
+shutdown = -1 EBADF
+getsockopt = -1 EBADF
+setsockopt = -1 EBADF
+getsockname = -1 EBADF
+getpeername = -1 EBADF
+fcntl F_GETFL = -1 EBADF
+fcntl F_DUPFD = -1 EBADF
+ioctl FIONREAD = -1 EBADF
+dup = -1 EBADF
+dup2 = -1 EBADF
+dup3 = -1 EBADF
+epoll_ctl ADD = -1 EBADF
+epoll_wait on a closed epoll fd = -1 EBADF
+close again = -1 EBADF
+close(-1) = -1 EBADF
+read(-1) = -1 EBADF
+write(99999) = -1 EBADF
+poll = 1
+poll revents = POLLNVAL
+select = -1 EBADF
+)")
+
+PARITY_CASE(nonblocking_connect, ({"nbconnect"}), nullptr,
+R"(family inet
+connect = -1 EINPROGRESS
+mask = POLLOUT
+SO_ERROR = 0
+connect again (completes it) = 0
+connect a third time = -1 EISCONN
+peer is the listener: yes
+write = 4
+read on the server = 4
+write back = 4
+nonblocking read = 4
+nonblocking read again = -1 EAGAIN
+family inet6
+connect = -1 EINPROGRESS
+mask = POLLOUT
+SO_ERROR = 0
+connect again (completes it) = 0
+connect a third time = -1 EISCONN
+peer is the listener: yes
+write = 4
+read on the server = 4
+write back = 4
+nonblocking read = 4
+nonblocking read again = -1 EAGAIN
+)")
+
+PARITY_CASE(nonblocking_connect_refused, ({"nbrefused"}), nullptr,
+R"(family inet
+connect = -1 EINPROGRESS
+mask = POLLIN|POLLOUT|POLLERR|POLLHUP|POLLRDHUP
+SO_ERROR = ECONNREFUSED
+SO_ERROR again = 0
+connect again = -1 ECONNABORTED
+connect a third time = -1 EINPROGRESS
+SO_ERROR = ECONNREFUSED
+family inet6
+connect = -1 EINPROGRESS
+mask = POLLIN|POLLOUT|POLLERR|POLLHUP|POLLRDHUP
+SO_ERROR = ECONNREFUSED
+SO_ERROR again = 0
+connect again = -1 ECONNABORTED
+connect a third time = -1 EINPROGRESS
+SO_ERROR = ECONNREFUSED
+)")
+
+PARITY_CASE(errno_eagain, ({"eagain"}), nullptr,
+R"(fcntl F_SETFL O_NONBLOCK = 0
+fcntl F_GETFL has O_NONBLOCK = 1
+read = -1 EAGAIN
+readv = -1 EAGAIN
+recv = -1 EAGAIN
+recvfrom = -1 EAGAIN
+recvmsg = -1 EAGAIN
+blocking socket, recv MSG_DONTWAIT = -1 EAGAIN
+blocking socket, recvmsg MSG_DONTWAIT = -1 EAGAIN
+fcntl F_SETFL listener O_NONBLOCK = 0
+accept = -1 EAGAIN
+accept4 = -1 EAGAIN
+ioctl FIONBIO = 0
+read after FIONBIO = -1 EAGAIN
+write = 3
+read = 3
+read again = -1 EAGAIN
+)")
+
+PARITY_CASE(fill_send_buffer, ({"fill"}), nullptr,
+R"(write on O_NONBLOCK: got EAGAIN after >0 bytes
+peer drained everything: yes
+mask = POLLOUT
+send MSG_DONTWAIT: got EAGAIN after >0 bytes
+peer drained everything: yes
+mask = POLLOUT
+sendmsg MSG_DONTWAIT: got EAGAIN after >0 bytes
+peer drained everything: yes
+mask = POLLOUT
+write 10 = 10
+peer reads = 10
+SIGPIPE count = 0
+)")
+
+PARITY_CASE(errno_eisconn_enotconn, ({"connstate"}), nullptr,
+R"(connect a connected socket = -1 EISCONN
+connect the accepted socket = -1 EISCONN
+connect the listener = -1 EISCONN
+listen on a connected socket = -1 EINVAL
+accept on a connected socket = -1 EINVAL
+getsockopt SO_ACCEPTCONN listener = 1
+getsockopt SO_ACCEPTCONN connected = 0
+getsockopt SO_TYPE = 1
+getsockopt SO_DOMAIN = 2
+getsockopt SO_PROTOCOL = 6
+setsockopt TCP_NODELAY = 0
+getsockopt TCP_NODELAY = 1
+read on a listener = -1 ENOTCONN
+send on a listener = -1 EPIPE
+unconnected: read = -1 ENOTCONN
+unconnected: recv = -1 ENOTCONN
+unconnected: send MSG_NOSIGNAL = -1 EPIPE
+SIGPIPE count = 0
+unconnected: write = -1 EPIPE
+SIGPIPE count = 1
+unconnected: getpeername = -1 ENOTCONN
+unconnected: shutdown = -1 ENOTCONN
+unconnected: accept = -1 EINVAL
+unconnected: ioctl FIONREAD = 0
+listener: ioctl FIONREAD = -1 EINVAL
+SO_ERROR = 0
+)")
+
+/* ---- readiness masks --------------------------------------------------------------- */
+
+PARITY_CASE(readiness_poll, ({"poll"}), nullptr,
+R"(fresh connection: c=POLLOUT s=POLLOUT
+poll POLLIN timeout 0 = 0
+poll POLLIN timeout 30ms = 0
+server writes = 10
+wait POLLIN = 1
+revents = POLLIN
+c = POLLIN|POLLOUT
+read = 10
+c = POLLOUT
+pipe write = 1
+poll 6 fds = 3
+  c: 0
+  s: POLLOUT
+  pipe-r: POLLIN
+  -1: 0
+  listener: 0
+  pipe-w: POLLOUT
+listener: wait POLLIN = 1
+listener = POLLIN
+listener after accept = 0
+urgent byte = 1
+wait POLLPRI = 1
+c = POLLPRI|POLLOUT
+recv MSG_OOB = 1
+c = POLLOUT
+server shutdown SHUT_WR = 0
+wait POLLRDHUP = 1
+c = POLLIN|POLLOUT|POLLRDHUP
+read EOF = 0
+client shutdown SHUT_WR = 0
+server: wait POLLRDHUP = 1
+c = POLLIN|POLLOUT|POLLHUP|POLLRDHUP s = POLLIN|POLLOUT|POLLHUP|POLLRDHUP
+pipe write end, read end closed = POLLOUT|POLLERR
+poll a closed fd = 1
+revents = POLLNVAL
+poll no fds 10ms = 0
+)")
+
+PARITY_CASE(readiness_ppoll, ({"ppoll"}), nullptr,
+R"(fresh connection: c=POLLOUT s=POLLOUT
+poll POLLIN timeout 0 = 0
+poll POLLIN timeout 30ms = 0
+server writes = 10
+wait POLLIN = 1
+revents = POLLIN
+c = POLLIN|POLLOUT
+read = 10
+c = POLLOUT
+pipe write = 1
+poll 6 fds = 3
+  c: 0
+  s: POLLOUT
+  pipe-r: POLLIN
+  -1: 0
+  listener: 0
+  pipe-w: POLLOUT
+listener: wait POLLIN = 1
+listener = POLLIN
+listener after accept = 0
+urgent byte = 1
+wait POLLPRI = 1
+c = POLLPRI|POLLOUT
+recv MSG_OOB = 1
+c = POLLOUT
+server shutdown SHUT_WR = 0
+wait POLLRDHUP = 1
+c = POLLIN|POLLOUT|POLLRDHUP
+read EOF = 0
+client shutdown SHUT_WR = 0
+server: wait POLLRDHUP = 1
+c = POLLIN|POLLOUT|POLLHUP|POLLRDHUP s = POLLIN|POLLOUT|POLLHUP|POLLRDHUP
+pipe write end, read end closed = POLLOUT|POLLERR
+poll a closed fd = 1
+revents = POLLNVAL
+poll no fds 10ms = 0
+handler ran before ppoll: 0
+ppoll with SIGUSR1 unblocked = -1 EINTR
+handler ran: 1
+)")
+
+PARITY_CASE(readiness_select, ({"select"}), nullptr,
+R"(fresh: 2 r={} w={c,s} e={}
+server writes = 10
+wait readable: 1 r={c} w={} e={}
+all: 3 r={c} w={c,s} e={}
+read = 10
+wait listener: 1 r={l} w={} e={}
+urgent byte = 1
+wait exception: 1 r={} w={} e={c}
+all: 3 r={} w={c,s} e={c}
+recv MSG_OOB = 1
+server shutdown SHUT_WR = 0
+wait EOF readable: 1 r={c} w={} e={}
+read EOF = 0
+select nothing 20ms = 0
+timeval left = 0.000000
+select a closed fd = -1 EBADF
+)")
+
+PARITY_CASE(readiness_pselect, ({"pselect"}), nullptr,
+R"(fresh: 2 r={} w={c,s} e={}
+server writes = 10
+wait readable: 1 r={c} w={} e={}
+all: 3 r={c} w={c,s} e={}
+read = 10
+wait listener: 1 r={l} w={} e={}
+urgent byte = 1
+wait exception: 1 r={} w={} e={c}
+all: 3 r={} w={c,s} e={c}
+recv MSG_OOB = 1
+server shutdown SHUT_WR = 0
+wait EOF readable: 1 r={c} w={} e={}
+read EOF = 0
+pselect nothing 20ms = 0
+timespec left = 0.020000000 (pselect does not update it)
+handler ran before pselect: 0
+pselect with SIGUSR1 unblocked = -1 EINTR
+handler ran: 1
+select a closed fd = -1 EBADF
+)")
+
+PARITY_CASE(epoll_level_triggered, ({"epoll-lt"}), nullptr,
+R"(ADD c EPOLLIN = 0
+ADD c again = -1 EEXIST
+MOD s (not added) = -1 ENOENT
+DEL s (not added) = -1 ENOENT
+ADD the epoll fd to itself = -1 EINVAL
+wait 0: 0
+server writes = 10
+wait: 1 [1 EPOLLIN]
+wait again (level): 1 [1 EPOLLIN]
+epoll_pwait2: 1 [1 EPOLLIN]
+read 4 = 4
+still readable: 1 [1 EPOLLIN]
+read rest = 6
+drained: 0
+MOD c EPOLLIN|EPOLLOUT = 0
+writable: 1 [1 EPOLLOUT]
+ADD s EPOLLIN|EPOLLOUT|EPOLLRDHUP = 0
+both: 2 [1 EPOLLOUT] [2 EPOLLOUT]
+DEL c = 0
+DEL c again = -1 ENOENT
+after DEL: 1 [2 EPOLLOUT]
+ADD c EPOLLIN|EPOLLEXCLUSIVE = 0
+MOD an EPOLLEXCLUSIVE entry = -1 EINVAL
+server writes = 1
+exclusive wait: 2 [1 EPOLLIN] [2 EPOLLOUT]
+ADD c to a second epoll = 0
+second epoll: 1 [7 EPOLLIN]
+first epoll: 2 [1 EPOLLIN] [2 EPOLLOUT]
+read = 1
+second epoll after read: 0
+after close(c): 0
+)")
+
+PARITY_CASE(epoll_edge_triggered, ({"epoll-et"}), nullptr,
+R"(ADD c EPOLLIN|EPOLLET = 0
+wait 0: 0
+server writes 10 = 10
+edge: 1 [1 EPOLLIN]
+no new edge: 0
+server writes 10 more = 10
+second edge: 1 [1 EPOLLIN]
+no new edge: 0
+read 5 = 5
+partial read, no new edge: 0
+read rest = 15
+read until EAGAIN = -1 EAGAIN
+drained: 0
+MOD c EPOLLIN|EPOLLOUT|EPOLLET = 0
+MOD re-evaluates: writable edge: 1 [1 EPOLLOUT]
+no new edge: 0
+server shutdown SHUT_WR = 0
+EOF edge: 1 [1 EPOLLIN|EPOLLOUT]
+no new edge: 0
+)")
+
+PARITY_CASE(epoll_oneshot, ({"epoll-oneshot"}), nullptr,
+R"(ADD c EPOLLIN|EPOLLONESHOT = 0
+server writes = 10
+first event: 1 [1 EPOLLIN]
+disarmed: 0
+read = 10
+server writes = 5
+disarmed despite new data: 0
+ADD again while disarmed = -1 EEXIST
+MOD re-arm = 0
+re-armed: 1 [1 EPOLLIN]
+disarmed: 0
+MOD re-arm level-triggered = 0
+level: 1 [1 EPOLLIN]
+level again: 1 [1 EPOLLIN]
+)")
+
+PARITY_CASE(epoll_rdhup, ({"epoll-rdhup"}), nullptr,
+R"(ADD c EPOLLIN|EPOLLRDHUP = 0
+nothing yet: 0
+server writes = 4
+server shutdown SHUT_WR = 0
+data and half-close: 1 [1 EPOLLIN|EPOLLRDHUP]
+read = 4
+read EOF = 0
+still RDHUP: 1 [1 EPOLLIN|EPOLLRDHUP]
+write the other way = 4
+server reads = 4
+client shutdown SHUT_WR = 0
+ADD s EPOLLIN|EPOLLOUT|EPOLLRDHUP = 0
+both directions shut: 1 [2 EPOLLIN|EPOLLOUT|EPOLLHUP|EPOLLRDHUP]
+client side: 1 [1 EPOLLIN|EPOLLHUP|EPOLLRDHUP]
+)")
+
+PARITY_CASE(epoll_refused_connect, ({"epoll-refused"}), nullptr,
+R"(family inet
+ADD c EPOLLOUT = 0
+ADD d EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET = 0
+unconnected sockets: 2 [1 EPOLLOUT|EPOLLHUP] [2 EPOLLOUT|EPOLLHUP]
+connect c = -1 EINPROGRESS
+connect d = -1 EINPROGRESS
+refused: 2 [1 EPOLLOUT|EPOLLERR|EPOLLHUP] [2 EPOLLIN|EPOLLOUT|EPOLLERR|EPOLLHUP|EPOLLRDHUP]
+SO_ERROR c = ECONNREFUSED
+after SO_ERROR: 1 [1 EPOLLOUT|EPOLLHUP]
+family inet6
+ADD c EPOLLOUT = 0
+ADD d EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET = 0
+unconnected sockets: 2 [1 EPOLLOUT|EPOLLHUP] [2 EPOLLOUT|EPOLLHUP]
+connect c = -1 EINPROGRESS
+connect d = -1 EINPROGRESS
+refused: 2 [1 EPOLLOUT|EPOLLERR|EPOLLHUP] [2 EPOLLIN|EPOLLOUT|EPOLLERR|EPOLLHUP|EPOLLRDHUP]
+SO_ERROR c = ECONNREFUSED
+after SO_ERROR: 1 [1 EPOLLOUT|EPOLLHUP]
+)")
+
+PARITY_CASE(epoll_nested, ({"epoll-nested"}), nullptr,
+R"(ADD c to inner = 0
+ADD inner to outer = 0
+ADD outer to inner (loop) = -1 ELOOP
+outer, nothing: 0
+poll(inner) = 0
+server writes = 10
+poll on the inner epoll fd = 1
+revents = POLLIN
+outer: 1 [100 EPOLLIN]
+inner: 1 [1 EPOLLIN]
+select on the inner epoll fd = 1
+read = 10
+outer after read: 0
+poll(inner) = 0
+ADD outer to a third epoll = 0
+server writes = 1
+third (two levels down): 1 [300 EPOLLIN]
+third, no new edge: 0
+)")
+
+/* ---- receive flags, ioctls, socket timeouts, half-close ---------------------------- */
+
+PARITY_CASE(msg_peek_fionread, ({"peek"}), nullptr,
+R"(server writes = 11
+FIONREAD = 11
+recv MSG_PEEK 5 = 5
+data = hello
+recv MSG_PEEK 100 = 11
+data = hello world
+recvmsg MSG_PEEK 3+2 = 5
+data = hello
+FIONREAD after peeks = 11
+read 6 = 6
+data = hello 
+recv MSG_PEEK|MSG_DONTWAIT = 5
+data = world
+read rest = 5
+FIONREAD empty = 0
+recv MSG_PEEK|MSG_DONTWAIT empty = -1 EAGAIN
+SIOCATMARK = 0
+server shutdown SHUT_WR = 0
+recv MSG_PEEK at EOF = 0
+FIONREAD at EOF = 0
+)")
+
+PARITY_CASE(msg_waitall, ({"waitall"}), nullptr,
+R"(recv MSG_WAITALL 100000 (written in 10 pieces) = 100000
+verify = ok
+recvmsg MSG_WAITALL 1000, peer sends 300 then EOF = 300
+recv MSG_WAITALL at EOF = 0
+client writes = 3
+server recv MSG_WAITALL 10, woken by shutdown(SHUT_RD) in another thread = 3
+)")
+
+PARITY_CASE(msg_dontwait, ({"dontwait"}), nullptr,
+R"(recv MSG_DONTWAIT empty = -1 EAGAIN
+recvfrom MSG_DONTWAIT empty = -1 EAGAIN
+send MSG_DONTWAIT = 3
+recv MSG_DONTWAIT = 3
+recv MSG_DONTWAIT empty again = -1 EAGAIN
+socket still blocking: yes
+)")
+
+PARITY_CASE(socket_timeouts, ({"timeouts"}), nullptr,
+R"(setsockopt SO_RCVTIMEO 200ms = 0
+getsockopt SO_RCVTIMEO = 0
+SO_RCVTIMEO = 0.200000
+read = -1 EAGAIN
+timed out after 150ms..2s: yes
+recv = -1 EAGAIN
+timed out after 150ms..2s: yes
+server writes = 3
+read with data = 3
+listener SO_RCVTIMEO 100ms = 0
+accept = -1 EAGAIN
+timed out after 50ms..2s: yes
+setsockopt SO_SNDTIMEO 100ms = 0
+blocking write of 64 MiB with SO_SNDTIMEO: short count >0
+setsockopt SO_RCVLOWAT 5 = 0
+SO_RCVLOWAT 5 = 0
+server writes 3 = 3
+mask with 3 of 5 = POLLOUT
+server writes 2 = 2
+mask with 5 of 5 = POLLIN|POLLOUT
+read = 5
+)")
+
+PARITY_CASE(half_close, ({"halfclose"}), nullptr,
+R"(client shutdown SHUT_WR = 0
+server read EOF = 0
+server mask = POLLIN|POLLOUT|POLLRDHUP
+server writes 1000 = 1000
+client reads 1000 = 1000
+same bytes: yes
+client send MSG_NOSIGNAL after SHUT_WR = -1 EPIPE
+SIGPIPE count = 0
+client write after SHUT_WR = -1 EPIPE
+SIGPIPE count = 1
+client shutdown SHUT_WR again = 0
+client mask = POLLOUT
+server shutdown SHUT_WR = 0
+client read EOF = 0
+client mask = POLLIN|POLLOUT|POLLHUP|POLLRDHUP
+shutdown SHUT_RD = -1 ENOTCONN
+read after SHUT_RD = 0
+shutdown how=7 = -1 EINVAL
+shutdown SHUT_RD = 0
+read after SHUT_RD = 0
+mask after SHUT_RD = POLLIN|POLLOUT|POLLRDHUP
+write still works = 3
+peer reads = 3
+)")
+
+/* ---- descriptors, fork, threads, signals ------------------------------------------ */
+
+PARITY_CASE(dup_family, ({"dup"}), check_dup_log,
+R"(a=4 b=5
+dup(a) = 3
+fcntl(a, F_DUPFD, 100) = 100
+dup3(a, 300, O_CLOEXEC) = 300
+fcntl(a, F_DUPFD_CLOEXEC, 200) = 200
+dup2(a, 400) = 400
+F_GETFD dup = 0
+F_GETFD F_DUPFD = 0
+F_GETFD dup3 O_CLOEXEC = 1
+F_GETFD F_DUPFD_CLOEXEC = 1
+F_GETFD dup2 = 0
+b reads 6 = 6
+bytes = a12345
+b writes 6 = 6
+read one byte via each duplicate: ABCDEF
+same peer via every duplicate: yes
+setsockopt via a duplicate = 0
+getsockopt via another = 1
+closed fd 4: b mask = POLLOUT
+closed fd 3: b mask = POLLOUT
+closed fd 100: b mask = POLLOUT
+closed fd 300: b mask = POLLOUT
+closed fd 200: b mask = POLLOUT
+write via the last duplicate = 1
+b reads = 1
+note last-close fd=400
+b reads EOF after the last close = 0
+dup2(b, b) = 5
+dup3(b, b, 0) = -1 EINVAL
+dup3 bad flags = -1 EINVAL
+dup2 onto a negative fd = -1 EBADF
+)")
+
+PARITY_CASE(dup2_over_live_socket, ({"dup2-live"}), check_dup2_log,
+R"(a=4 b=5 c=6 d=7
+note victim fd=6
+dup2(a, c) over a live socket = 6
+c's old peer reads EOF = 0
+write via c = 5
+b reads = 5
+bytes = via c
+c now has a's peer: yes
+write via c after close(a) = 3
+b reads = 3
+dup3(c, d, O_CLOEXEC) over the other side = 7
+F_GETFD = 1
+write via d = 2
+b reads = 2
+b mask (d still open) = POLLOUT
+b reads EOF = 0
+)")
+
+PARITY_CASE(fork_child_uses_socket, ({"fork"}), nullptr,
+R"(child writes, parent reads
+child exit = 0
+parent received 1048576 bytes, verify=ok
+parent writes, child reads
+child received 1048576 bytes, verify=ok
+child replies = 4
+parent wrote all: yes; child said done; child exit = 0
+parent and child both write
+server got 13 bytes: child.parent. (child exit 0)
+)")
+
+PARITY_CASE(close_while_reading, ({"close-read"}), nullptr,
+R"(shutdown(SHUT_RDWR) while another thread reads = 0
+blocked reader returned 0
+peer reads EOF = 0
+close while another thread reads = 0
+reader still blocked (poll 100ms for its end) = 0
+new socket reuses the fd number: yes
+connect the new socket = 0
+new socket writes = 5
+its peer reads = 5
+its peer writes = 5
+new socket reads = 5
+bytes = reply
+old peer writes = 4
+blocked reader returned 4: wake
+old peer reads EOF (last reference gone) = 0
+new socket still fine: mask = POLLOUT
+shutdown a listener while another thread accepts = 0
+blocked accept returned -1 EINVAL
+)")
+
+PARITY_CASE(signals_eintr_restart, ({"signals"}), nullptr,
+R"(without SA_RESTART
+blocking read = -1 EINTR
+handler ran: 1
+blocking accept = -1 EINTR
+blocking recv = -1 EINTR
+blocking write of 64 MiB interrupted: short count >0
+peer drained it: yes
+with SA_RESTART
+blocking read = 5
+handler ran: 1
+blocking accept = 1
+handler ran: 2
+poll (never restarted) = -1 EINTR
+epoll_wait (never restarted) = -1 EINTR
+SO_RCVTIMEO 5s = 0
+blocking read with SO_RCVTIMEO (not restarted) = -1 EINTR
+handler ran: 5
+)")
+
+/* ---- other descriptor kinds through the same calls -------------------------------- */
+
+PARITY_CASE(unix_sockets, ({"unix"}), nullptr,
+R"(socketpair AF_UNIX SOCK_STREAM = 0
+fresh mask = POLLOUT
+write = 5
+peer mask = POLLIN|POLLOUT
+FIONREAD = 5
+read = 5
+send = 5
+recv MSG_PEEK = 5
+recv = 5
+writev many iovecs = 1000
+readv many iovecs = 1000
+same bytes: yes
+sendmsg = 5000
+recvmsg MSG_WAITALL = 5000
+same bytes: yes; msg_flags=0
+ADD sv0 EPOLLIN|EPOLLRDHUP|EPOLLET = 0
+nothing: 0
+peer writes = 1
+edge: 1 [1 EPOLLIN]
+no new edge: 0
+peer shutdown SHUT_WR = 0
+half-close edge: 1 [1 EPOLLIN|EPOLLRDHUP]
+read = 1
+read EOF = 0
+write the other way = 1
+peer reads = 1
+mask after peer close = POLLIN|POLLOUT|POLLHUP|POLLRDHUP
+send MSG_NOSIGNAL to a closed peer = -1 EPIPE
+write to a closed peer = -1 EPIPE
+SIGPIPE count = 1
+socketpair SOCK_SEQPACKET
+send abc = 3
+send de = 2
+write xyz = 3
+recv 100 = 3
+read 100 = 2
+recvmsg into 1 byte = 1
+msg_flags has MSG_TRUNC: yes
+recv MSG_DONTWAIT empty = -1 EAGAIN
+socketpair SOCK_DGRAM
+send abc = 3
+send de = 2
+write xyz = 3
+recv 100 = 3
+read 100 = 2
+recvmsg into 1 byte = 1
+msg_flags has MSG_TRUNC: yes
+recv MSG_DONTWAIT empty = -1 EAGAIN
+bind abstract = 0
+listen = 0
+connect = 0
+accept >= 0 = 1
+sendmsg SCM_RIGHTS(tcp socket) = 1
+recvmsg SCM_RIGHTS = 1
+received a descriptor: yes
+same peer: yes
+write via the received descriptor = 6
+tcp peer reads = 6
+bytes = passed
+tcp peer reads EOF = 0
+)")
+
+PARITY_CASE(pipes, ({"pipe"}), nullptr,
+R"(pipe2 = 0
+empty: r=0 w=POLLOUT
+write = 5
+FIONREAD = 5
+r = POLLIN
+read = 5
+writev many iovecs = 5000
+readv many iovecs = 5000
+same bytes: yes
+send on a pipe = -1 ENOTSOCK
+recv on a pipe = -1 ENOTSOCK
+sendmsg on a pipe = -1 ENOTSOCK
+recvmsg on a pipe = -1 ENOTSOCK
+getsockopt on a pipe = -1 ENOTSOCK
+shutdown on a pipe = -1 ENOTSOCK
+lseek on a pipe = -1 ESPIPE
+sendfile file -> pipe 3000 = 3000
+offset = 3000
+read = 3000
+same bytes: yes
+ADD r EPOLLIN|EPOLLET = 0
+ADD w EPOLLOUT = 0
+writable: 1 [2 EPOLLOUT]
+write = 3
+readable edge: 2 [1 EPOLLIN] [2 EPOLLOUT]
+no new edge: 1 [2 EPOLLOUT]
+read = 3
+writer closed: r = POLLHUP
+hangup: 1 [1 EPOLLHUP]
+read EOF = 0
+reader closed: w = POLLOUT|POLLERR
+write = -1 EPIPE
+SIGPIPE count = 1
+)")
+
+PARITY_CASE(udp_sockets, ({"udp"}), nullptr,
+R"(family inet
+fresh mask = POLLOUT
+sendto = 5
+mask = POLLIN|POLLOUT
+FIONREAD = 5
+recvfrom = 5
+source is the sender: yes
+sendto 10 = 10
+recv 4 of 10 (rest dropped) = 4
+recv MSG_DONTWAIT empty = -1 EAGAIN
+sendto 10 = 10
+recvmsg into 4 = 4
+msg_flags has MSG_TRUNC: yes
+sendto 10 = 10
+recv MSG_TRUNC into 4 = 10
+sendto peek = 4
+recv MSG_PEEK = 4
+recv = 4
+connect a to b = 0
+connect b to a = 0
+send = 2
+write = 2
+writev 3 iovecs = 3
+sendmsg 3 iovecs = 3
+read = 2
+recv = 2
+readv = 3
+recvmsg = 3
+sendmmsg 3 = 3
+recvmmsg 3 (blocking) = 3
+lengths = 1,2,3
+ADD b EPOLLIN = 0
+nothing: 0
+send = 1
+datagram: 1 [1 EPOLLIN]
+recv = 1
+connect to a closed port = 0
+send = 1
+poll for the ICMP error = 1
+revents = POLLERR
+recv = -1 ECONNREFUSED
+recv again = -1 EAGAIN
+family inet6
+fresh mask = POLLOUT
+sendto = 5
+mask = POLLIN|POLLOUT
+FIONREAD = 5
+recvfrom = 5
+source is the sender: yes
+sendto 10 = 10
+recv 4 of 10 (rest dropped) = 4
+recv MSG_DONTWAIT empty = -1 EAGAIN
+sendto 10 = 10
+recvmsg into 4 = 4
+msg_flags has MSG_TRUNC: yes
+sendto 10 = 10
+recv MSG_TRUNC into 4 = 10
+sendto peek = 4
+recv MSG_PEEK = 4
+recv = 4
+connect a to b = 0
+connect b to a = 0
+send = 2
+write = 2
+writev 3 iovecs = 3
+sendmsg 3 iovecs = 3
+read = 2
+recv = 2
+readv = 3
+recvmsg = 3
+sendmmsg 3 = 3
+recvmmsg 3 (blocking) = 3
+lengths = 1,2,3
+ADD b EPOLLIN = 0
+nothing: 0
+send = 1
+datagram: 1 [1 EPOLLIN]
+recv = 1
+connect to a closed port = 0
+send = 1
+poll for the ICMP error = 1
+revents = POLLERR
+recv = -1 ECONNREFUSED
+recv again = -1 EAGAIN
+)")
+
+/* ---- the close-time log line -------------------------------------------------------- */
+
+BOOST_AUTO_TEST_CASE(close_log_inet_exact) { check_closelog("inet", "exact"); }
+BOOST_AUTO_TEST_CASE(close_log_inet6_exact) { check_closelog("inet6", "exact"); }
+
+// Both sides read to EOF before closing: a socket that sent its FIN first and then
+// received the peer's FIN is in TCP_CLOSE when it is closed; the peer's FIN (which the
+// kernel counts as a received byte) must still not be counted.
+BOOST_AUTO_TEST_CASE(close_log_inet_eof)
+{
+    check_closelog("inet", "eof");
+}
+BOOST_AUTO_TEST_CASE(close_log_inet6_eof)
+{
+    check_closelog("inet6", "eof");
+}
+
+// The client closes with unsent data and its FIN queued behind it: SIOCOUTQNSD counts
+// the queued FIN's sequence number, which must not show up in bytes_sent.
+BOOST_AUTO_TEST_CASE(close_log_queued_inet)
+{
+    check_closelog_queued("inet");
+}
+BOOST_AUTO_TEST_CASE(close_log_queued_inet6)
+{
+    check_closelog_queued("inet6");
+}
+
+/* ---- every scenario of sockprobe is exercised here (suid-hold: program_tests) ------ */
+
+BOOST_AUTO_TEST_CASE(every_scenario_has_a_case)
+{
+    harness::Result r = harness::run({kProbe, "list"}, harness::base_env(), kTimeoutMs);
+    BOOST_REQUIRE_EQUAL(r.exit_code(), 0);
+    std::set<std::string> all;
+    for (auto &s : harness::split_lines(r.out))
+        all.insert(s);
+    BOOST_CHECK(!all.empty());
+    for (auto &s : all)
+        BOOST_CHECK_MESSAGE(covered().count(s) || s == "suid-hold", "scenario " << s << " has no test case");
+    for (auto &s : covered())
+        BOOST_CHECK_MESSAGE(all.count(s), "test case for an unknown scenario " << s);
+}

@@ -1,0 +1,713 @@
+// Real programs, run without and with librdmasock.so preloaded; what matters must be the
+// same (output, exit code, bytes transferred, replies, file contents).  Under the
+// library the log (RDMASOCK_LOG_LEVEL=info, a temporary file) must hold only
+// well-formed lines.  A case whose program is not installed is skipped with a message
+// (tools/install-deps installs them all).
+//
+// The setuid case checks secure-execution mode from outside the process: the library is
+// loaded, yet it reads no environment, opens nothing and starts nothing.
+#define BOOST_TEST_MODULE rdmasock preload real programs
+#include <boost/test/unit_test.hpp>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <iostream>
+#include <pwd.h>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/preload/harness.hh"
+
+#ifndef RDMASOCK_BUILD_LIB
+#error RDMASOCK_BUILD_LIB must name the built librdmasock.so
+#endif
+#ifndef SOCKPROBE
+#error SOCKPROBE must name the built sockprobe
+#endif
+
+namespace {
+
+using harness::Env;
+using harness::Result;
+
+const std::string kLib = RDMASOCK_BUILD_LIB;
+const std::string kProbe = SOCKPROBE;
+
+// Precondition: one of the programs is installed; otherwise the case is skipped.
+struct Installed {
+    std::vector<std::string> names;
+    boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const
+    {
+        for (auto &n : names) {
+            if (harness::find_program({n}).empty()) {
+                boost::test_tools::assertion_result r(false);
+                r.message() << n << " is not installed (tools/install-deps installs it)";
+                std::cerr << "SKIP: " << n << " is not installed (tools/install-deps installs it)\n";
+                return r;
+            }
+        }
+        return true;
+    }
+};
+
+std::string program(const std::string &name)
+{
+    if (name == "python3" && access("/usr/bin/python3", X_OK) == 0)
+        return "/usr/bin/python3";  // the system interpreter, not a version-manager shim
+    return harness::find_program({name});
+}
+
+void require_lib()
+{
+    BOOST_REQUIRE_MESSAGE(harness::file_exists(kLib), "the library is not built: " << kLib);
+}
+
+// Check a log written by the library: well-formed, and return its close lines.
+harness::LogCheck checked_log(const std::string &path)
+{
+    harness::LogCheck lc = harness::check_log(harness::read_file(path));
+    for (auto &p : lc.problems)
+        BOOST_ERROR(p);
+    for (auto &f : lc.closes)
+        BOOST_CHECK_MESSAGE(f.at("transport") == "tcp", "a connection on loopback reported transport "
+                                                            << f.at("transport"));
+    return lc;
+}
+
+size_t count_role(const harness::LogCheck &lc, const std::string &role)
+{
+    size_t n = 0;
+    for (auto &f : lc.closes)
+        n += f.at("role") == role;
+    return n;
+}
+
+// Run argv without and with the library; both results must be identical.  No socket is
+// created, so the library must not even open its log file (nothing starts before the
+// first eligible socket).
+std::pair<Result, Result> same_both_ways(const std::vector<std::string> &argv, const std::string &in = "",
+                                         bool expect_no_log = true)
+{
+    require_lib();
+    harness::TempDir td;
+    std::string log = td / "rdmasock.log";
+    Env env = harness::base_env();
+    Result a = harness::run(argv, env, 30000, in);
+    Result b = harness::run(argv, harness::with_lib(env, kLib, "info", log), 30000, in);
+    BOOST_CHECK_MESSAGE(!a.timed_out && !b.timed_out, "timed out: " << a.describe() << b.describe());
+    BOOST_CHECK_MESSAGE(a.out == b.out, "standard output differs\n--- without ---\n"
+                                            << a.out << "--- with ---\n" << b.out);
+    BOOST_CHECK_MESSAGE(a.err == b.err, "standard error differs\n--- without ---\n"
+                                            << a.err << "--- with ---\n" << b.err);
+    BOOST_CHECK_EQUAL(a.exit_code(), b.exit_code());
+    if (expect_no_log)
+        BOOST_CHECK_MESSAGE(!harness::file_exists(log), "the library opened its log file in a program "
+                                                        "without sockets:\n" << harness::read_file(log));
+    return {a, b};
+}
+
+// Is `path` a statically linked ELF executable (no PT_INTERP)?
+bool is_static_elf(const std::string &path)
+{
+    std::string s = harness::read_file(path);
+    if (s.size() < sizeof(Elf64_Ehdr) || s.compare(0, 4, ELFMAG) != 0 || s[EI_CLASS] != ELFCLASS64)
+        return false;
+    Elf64_Ehdr eh;
+    memcpy(&eh, s.data(), sizeof eh);
+    for (unsigned i = 0; i < eh.e_phnum; ++i) {
+        size_t off = eh.e_phoff + static_cast<size_t>(i) * eh.e_phentsize;
+        if (off + sizeof(Elf64_Phdr) > s.size())
+            return false;
+        Elf64_Phdr ph;
+        memcpy(&ph, s.data() + off, sizeof ph);
+        if (ph.p_type == PT_INTERP)
+            return false;
+    }
+    return true;
+}
+
+// The number after "bytes": in the object that follows `key` in iperf3's JSON "end".
+long long iperf_bytes(const std::string &json, const std::string &key)
+{
+    std::smatch top;  // the top-level "end" is the only one whose value is an object
+    if (!std::regex_search(json, top, std::regex(R"("end"\s*:\s*\{)")))
+        return -1;
+    size_t k = json.find("\"" + key + "\"", static_cast<size_t>(top.position(0)));
+    if (k == std::string::npos)
+        return -1;
+    std::smatch m;
+    std::string rest = json.substr(k);
+    if (!std::regex_search(rest, m, std::regex(R"("bytes"\s*:\s*(\d+))")))
+        return -1;
+    return std::stoll(m[1]);
+}
+
+std::string blob(size_t n)
+{
+    std::string s(n, '\0');
+    uint32_t x = 12345;
+    for (size_t i = 0; i < n; ++i) {
+        x = x * 1103515245u + 12345u;
+        s[i] = static_cast<char>(x >> 16);
+    }
+    return s;
+}
+
+// Does /proc/PID/maps map `path` (compared by device and inode, so symlinks match)?
+bool maps_file(pid_t pid, const std::string &path)
+{
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0)
+        return false;
+    std::string maps = harness::read_file("/proc/" + std::to_string(pid) + "/maps");
+    for (auto &l : harness::split_lines(maps)) {
+        size_t slash = l.find('/');
+        if (slash == std::string::npos)
+            continue;
+        struct stat ms;
+        if (stat(l.substr(slash).c_str(), &ms) == 0 && ms.st_dev == st.st_dev && ms.st_ino == st.st_ino)
+            return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+/* ---- ordinary programs ------------------------------------------------------------- */
+
+BOOST_AUTO_TEST_CASE(ls_root, *boost::unit_test::precondition(Installed{{"ls"}}))
+{
+    auto r = same_both_ways({program("ls"), "/"});
+    BOOST_CHECK_EQUAL(r.first.exit_code(), 0);
+    BOOST_CHECK(r.first.out.find("usr\n") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(true_exits_zero, *boost::unit_test::precondition(Installed{{"true"}}))
+{
+    auto r = same_both_ways({program("true")});
+    BOOST_CHECK_EQUAL(r.first.exit_code(), 0);
+    BOOST_CHECK(r.first.out.empty() && r.first.err.empty());
+}
+
+BOOST_AUTO_TEST_CASE(sh_exit_code, *boost::unit_test::precondition(Installed{{"sh"}}))
+{
+    auto r = same_both_ways({program("sh"), "-c", "echo out; echo err >&2; exit 3"});
+    BOOST_CHECK_EQUAL(r.first.exit_code(), 3);
+    BOOST_CHECK_EQUAL(r.first.out, "out\n");
+    BOOST_CHECK_EQUAL(r.first.err, "err\n");
+}
+
+BOOST_AUTO_TEST_CASE(python_prints, *boost::unit_test::precondition(Installed{{"python3"}}))
+{
+    auto r = same_both_ways({program("python3"), "-c",
+                             "import socket, sys\n"
+                             "print('hello', sum(range(1000)))\n"
+                             "a, b = socket.socketpair()\n"
+                             "a.sendall(b'x' * 100000); a.close()\n"
+                             "n = 0\n"
+                             "while True:\n"
+                             "    d = b.recv(65536)\n"
+                             "    if not d: break\n"
+                             "    n += len(d)\n"
+                             "print(n)\n"
+                             "sys.exit(7)\n"});
+    BOOST_CHECK_EQUAL(r.first.exit_code(), 7);
+    BOOST_CHECK_EQUAL(r.first.out, "hello 499500\n100000\n");
+}
+
+BOOST_AUTO_TEST_CASE(static_busybox, *boost::unit_test::precondition(Installed{{"busybox"}}))
+{
+    std::string bb = harness::file_exists("/bin/busybox") ? "/bin/busybox" : program("busybox");
+    if (!is_static_elf(bb)) {
+        std::cerr << "SKIP: " << bb << " is not statically linked (install busybox-static)\n";
+        BOOST_TEST_MESSAGE("skipped: " << bb << " is not statically linked");
+        return;
+    }
+    auto e = same_both_ways({bb, "echo", "hi"});
+    BOOST_CHECK_EQUAL(e.first.out, "hi\n");
+    BOOST_CHECK_EQUAL(e.first.exit_code(), 0);
+    auto w = same_both_ways({bb, "wc"}, "one two\nthree\n");
+    BOOST_CHECK_EQUAL(e.first.exit_code(), 0);
+    std::istringstream is(w.first.out);
+    long lines = -1, words = -1, bytes = -1;
+    is >> lines >> words >> bytes;
+    BOOST_CHECK_EQUAL(lines, 2);
+    BOOST_CHECK_EQUAL(words, 3);
+    BOOST_CHECK_EQUAL(bytes, 14);
+    auto f = same_both_ways({bb, "sh", "-c", "exit 5"});
+    BOOST_CHECK_EQUAL(f.first.exit_code(), 5);
+}
+
+/* ---- the launcher ------------------------------------------------------------------- */
+
+#ifdef RDMASOCK_LAUNCHER
+// tools/rdmasock -v -o LOG PROGRAM: the same transcript as without it, the exit code
+// passed through, and the close lines of the program's two connection ends.
+BOOST_AUTO_TEST_CASE(launcher_runs_program)
+{
+    require_lib();
+    const std::string launcher = RDMASOCK_LAUNCHER;
+    BOOST_REQUIRE_MESSAGE(harness::file_exists(launcher), "the launcher is not built: " << launcher);
+    harness::TempDir td;
+    const std::string log = td / "launcher.log";
+    Env env = harness::base_env();
+    Result a = harness::run({kProbe, "closelog", "inet", "exact"}, env, 30000);
+    Result b = harness::run({launcher, "--lib", kLib, "-v", "-o", log, kProbe, "closelog", "inet", "exact"}, env, 30000);
+    BOOST_CHECK_MESSAGE(a.exit_code() == 0, a.describe());
+    BOOST_CHECK_MESSAGE(b.exit_code() == 0, b.describe());
+    BOOST_CHECK_EQUAL(harness::drop_lines(a.out, "addr "), harness::drop_lines(b.out, "addr "));
+    BOOST_CHECK_EQUAL(a.err, b.err);
+    harness::LogCheck lc = checked_log(log);
+    BOOST_CHECK_EQUAL(count_role(lc, "client"), 1u);
+    BOOST_CHECK_EQUAL(count_role(lc, "server"), 1u);
+    Result c = harness::run({launcher, "--lib", kLib, program("sh"), "-c", "exit 3"}, env, 30000);
+    BOOST_CHECK_EQUAL(c.exit_code(), 3);
+}
+#endif
+
+/* ---- servers and clients on loopback ------------------------------------------------ */
+
+// iperf3 -n: the client writes exactly 20 MiB.  The server reports what it read before
+// the client's TEST_END, which under load can be less than 20 MiB with or without the
+// library (an iperf3 property), so the received side is checked for bounds, and against
+// the library's own count in its close-time log line.
+BOOST_AUTO_TEST_CASE(iperf3_loopback, *boost::unit_test::precondition(Installed{{"iperf3"}}))
+{
+    require_lib();
+    harness::TempDir td;
+    const std::string iperf = program("iperf3");
+    const std::string log = td / "rdmasock.log";
+    const long long want = 20LL << 20, cookie = 37;  // iperf3 opens each stream with a cookie
+    long long sent[2] = {-1, -1}, received[2] = {-1, -1};
+    for (int with = 0; with < 2; ++with) {
+        BOOST_TEST_CONTEXT((with ? "with" : "without") << " the library")
+        {
+            Env env = harness::base_env();
+            if (with)
+                env = harness::with_lib(env, kLib, "info", log);
+            int port = harness::free_port();
+            std::string p = std::to_string(port);
+            harness::Child::Options o;
+            o.out_file = td / ("server" + std::to_string(with) + ".json");
+            o.err_file = td / ("server" + std::to_string(with) + ".err");
+            harness::Child srv({iperf, "-s", "-1", "-J", "-B", "127.0.0.1", "-p", p}, env, o);
+            BOOST_REQUIRE(srv.started());
+            BOOST_REQUIRE_MESSAGE(harness::wait_listening(port, 10000), "iperf3 -s did not listen");
+            Result c = harness::run({iperf, "-c", "127.0.0.1", "-p", p, "-n", "20M", "-J"}, env, 60000);
+            BOOST_CHECK_MESSAGE(c.exit_code() == 0, c.describe());
+            bool exited = srv.wait(15000);
+            BOOST_CHECK_MESSAGE(exited && WIFEXITED(srv.status()) && WEXITSTATUS(srv.status()) == 0,
+                                "iperf3 -s -1 did not exit with 0: " << harness::read_file(o.err_file));
+            sent[with] = iperf_bytes(c.out, "sum_sent");
+            received[with] = iperf_bytes(harness::read_file(o.out_file), "sum_received");
+            BOOST_CHECK_EQUAL(sent[with], want);
+            BOOST_CHECK_MESSAGE(received[with] > 0 && received[with] <= want,
+                                "the server received " << received[with] << " bytes");
+            BOOST_CHECK_EQUAL(iperf_bytes(c.out, "sum_received"), received[with]);
+        }
+    }
+    BOOST_CHECK_EQUAL(sent[0], sent[1]);
+    harness::LogCheck lc = checked_log(log);
+    // control connection and data stream, on each side
+    BOOST_CHECK_GE(count_role(lc, "client"), 2u);
+    BOOST_CHECK_GE(count_role(lc, "server"), 2u);
+    long long csent = -1, srcvd = -1;
+    for (auto &f : lc.closes) {
+        if (f.at("role") == "client")
+            csent = std::max(csent, std::stoll(f.at("bytes_sent")));
+        else
+            srcvd = std::max(srcvd, std::stoll(f.at("bytes_received")));
+    }
+    BOOST_TEST_CONTEXT("data stream lines of " << harness::read_file(log))
+    {
+        BOOST_CHECK_LE(csent, want + cookie);
+        BOOST_CHECK_GE(csent, received[1] + cookie);
+        BOOST_CHECK_LE(srcvd, want + cookie + 1);  // + 1: see close_log_*_eof in parity_tests
+        BOOST_CHECK_GE(srcvd, received[1] + cookie);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(redis_set_get_benchmark,
+                     *boost::unit_test::precondition(Installed{{"redis-server", "redis-cli", "redis-benchmark"}}))
+{
+    require_lib();
+    harness::TempDir td;
+    const std::string log = td / "rdmasock.log";
+    std::vector<std::string> replies[2];
+    for (int with = 0; with < 2; ++with) {
+        BOOST_TEST_CONTEXT((with ? "with" : "without") << " the library")
+        {
+            Env env = harness::base_env();
+            if (with)
+                env = harness::with_lib(env, kLib, "info", log);
+            int port = harness::free_port();
+            std::string p = std::to_string(port);
+            harness::Child::Options o;
+            o.out_file = td / ("redis" + std::to_string(with) + ".out");
+            o.err_file = td / ("redis" + std::to_string(with) + ".err");
+            harness::Child srv({program("redis-server"), "--port", p, "--bind", "127.0.0.1", "--save", "",
+                                "--appendonly", "no", "--daemonize", "no", "--dir", td.path()},
+                               env, o);
+            BOOST_REQUIRE(srv.started());
+            BOOST_REQUIRE_MESSAGE(harness::wait_listening(port, 10000),
+                                  "redis-server did not listen\n" << harness::read_file(o.out_file));
+            auto cli = [&](std::vector<std::string> args) {
+                std::vector<std::string> argv = {program("redis-cli"), "-p", p};
+                argv.insert(argv.end(), args.begin(), args.end());
+                Result r = harness::run(argv, env, 20000);
+                BOOST_CHECK_MESSAGE(r.exit_code() == 0, r.describe());
+                replies[with].push_back(r.out);
+                return r.out;
+            };
+            BOOST_CHECK_EQUAL(cli({"SET", "rdmasock:key", "hello world"}), "OK\n");
+            BOOST_CHECK_EQUAL(cli({"GET", "rdmasock:key"}), "hello world\n");
+            Result b = harness::run({program("redis-benchmark"), "-p", p, "-q", "-n", "2000", "-t", "set,get"},
+                                    env, 60000);
+            BOOST_CHECK_MESSAGE(b.exit_code() == 0, b.describe());
+            BOOST_CHECK_MESSAGE(std::regex_search(b.out, std::regex(R"(SET: [0-9.]+ requests per second)")), b.out);
+            BOOST_CHECK_MESSAGE(std::regex_search(b.out, std::regex(R"(GET: [0-9.]+ requests per second)")), b.out);
+            BOOST_CHECK_EQUAL(cli({"DBSIZE"}), "2\n");
+            cli({"GET", "key:__rand_int__"});
+            BOOST_CHECK_EQUAL(cli({"DEL", "rdmasock:key"}), "1\n");
+            int st = srv.stop(SIGTERM, 10000);
+            BOOST_CHECK_MESSAGE(WIFEXITED(st) && WEXITSTATUS(st) == 0, "redis-server status " << st);
+        }
+    }
+    BOOST_CHECK(replies[0] == replies[1]);
+    for (size_t i = 0; i < std::min(replies[0].size(), replies[1].size()); ++i)
+        BOOST_CHECK_EQUAL(replies[0][i], replies[1][i]);
+    harness::LogCheck lc = checked_log(log);
+    BOOST_CHECK_GE(count_role(lc, "client"), 5u);
+    BOOST_CHECK_GE(count_role(lc, "server"), 5u);
+}
+
+BOOST_AUTO_TEST_CASE(nginx_workers_serve_file, *boost::unit_test::precondition(Installed{{"nginx", "curl"}}))
+{
+    require_lib();
+    harness::TempDir td;
+    const std::string log = td / "rdmasock.log";
+    const std::string www = td / "www";
+    BOOST_REQUIRE(mkdir(www.c_str(), 0755) == 0);
+    const std::string data = blob(1u << 20);
+    BOOST_REQUIRE(harness::write_file(www + "/blob.bin", data));
+    for (int with = 0; with < 2; ++with) {
+        BOOST_TEST_CONTEXT((with ? "with" : "without") << " the library")
+        {
+            Env env = harness::base_env();
+            if (with)
+                env = harness::with_lib(env, kLib, "info", log);
+            int port = harness::free_port();
+            std::string conf = td / ("nginx" + std::to_string(with) + ".conf");
+            std::string t = td.path();
+            BOOST_REQUIRE(harness::write_file(
+                conf, "daemon off;\nmaster_process on;\nworker_processes 2;\nerror_log stderr;\n"
+                      "pid " + t + "/nginx" + std::to_string(with) + ".pid;\n"
+                      "events { worker_connections 64; }\n"
+                      "http {\n  access_log off;\n"
+                      "  client_body_temp_path " + t + "/body;\n  proxy_temp_path " + t + "/proxy;\n"
+                      "  fastcgi_temp_path " + t + "/fastcgi;\n  uwsgi_temp_path " + t + "/uwsgi;\n"
+                      "  scgi_temp_path " + t + "/scgi;\n"
+                      "  server {\n    listen 127.0.0.1:" + std::to_string(port) + ";\n"
+                      "    root " + www + ";\n  }\n}\n"));
+            harness::Child::Options o;
+            o.err_file = td / ("nginx" + std::to_string(with) + ".err");
+            harness::Child srv({program("nginx"), "-e", "stderr", "-p", t, "-c", conf}, env, o);
+            BOOST_REQUIRE(srv.started());
+            BOOST_REQUIRE_MESSAGE(harness::wait_listening(port, 10000),
+                                  "nginx did not listen\n" << harness::read_file(o.err_file));
+            std::vector<pid_t> workers;
+            for (int i = 0; i < 500 && workers.size() < 2; ++i) {
+                workers = harness::children_of(srv.pid());
+                if (workers.size() < 2)
+                    usleep(10000);
+            }
+            BOOST_CHECK_EQUAL(workers.size(), 2u);
+            if (with)
+                for (pid_t w : workers)
+                    BOOST_CHECK_MESSAGE(maps_file(w, kLib), "worker " << w << " does not have the library mapped");
+            std::string url = "http://127.0.0.1:" + std::to_string(port);
+            std::string got = td / ("got" + std::to_string(with) + ".bin");
+            for (int i = 0; i < 3; ++i) {  // several connections, likely spread over both workers
+                Result c = harness::run({program("curl"), "-sS", "-o", got, "-w", "%{http_code}", url + "/blob.bin"},
+                                        env, 30000);
+                BOOST_CHECK_EQUAL(c.out, "200");
+                bool ok = false;
+                std::string body = harness::read_file(got, &ok);
+                BOOST_CHECK_MESSAGE(ok && body == data, "the fetched file differs from the served one ("
+                                                            << body.size() << " bytes)");
+            }
+            Result nf = harness::run({program("curl"), "-sS", "-o", "/dev/null", "-w", "%{http_code}", url + "/none"},
+                                     env, 30000);
+            BOOST_CHECK_EQUAL(nf.out, "404");
+            int st = srv.stop(SIGQUIT, 10000);
+            BOOST_CHECK_MESSAGE(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nginx status " << st << "\n"
+                                                                       << harness::read_file(o.err_file));
+        }
+    }
+    harness::LogCheck lc = checked_log(log);
+    size_t big = 0;
+    for (auto &f : lc.closes)
+        if (f.at("role") == "server" && std::stoll(f.at("bytes_sent")) >= (1 << 20))
+            ++big;
+    BOOST_CHECK_MESSAGE(big >= 3, "the workers did not log the three 1 MiB responses\n" << harness::read_file(log));
+    BOOST_CHECK_GE(count_role(lc, "client"), 4u);
+}
+
+BOOST_AUTO_TEST_CASE(python_http_server, *boost::unit_test::precondition(Installed{{"python3", "curl"}}))
+{
+    require_lib();
+    harness::TempDir td;
+    const std::string log = td / "rdmasock.log";
+    const std::string www = td / "www";
+    BOOST_REQUIRE(mkdir(www.c_str(), 0755) == 0);
+    const std::string data = blob(300000);
+    BOOST_REQUIRE(harness::write_file(www + "/blob.bin", data));
+    std::string listing[2];
+    for (int with = 0; with < 2; ++with) {
+        BOOST_TEST_CONTEXT((with ? "with" : "without") << " the library")
+        {
+            Env env = harness::base_env();
+            if (with)
+                env = harness::with_lib(env, kLib, "info", log);
+            int port = harness::free_port();
+            harness::Child::Options o;
+            o.err_file = td / ("http" + std::to_string(with) + ".err");
+            harness::Child srv({program("python3"), "-m", "http.server", std::to_string(port), "--bind",
+                                "127.0.0.1", "--directory", www},
+                               env, o);
+            BOOST_REQUIRE(srv.started());
+            BOOST_REQUIRE_MESSAGE(harness::wait_listening(port, 15000),
+                                  "http.server did not listen\n" << harness::read_file(o.err_file));
+            std::string url = "http://127.0.0.1:" + std::to_string(port);
+            Result c = harness::run({program("curl"), "-sS", url + "/blob.bin"}, env, 30000);
+            BOOST_CHECK_EQUAL(c.exit_code(), 0);
+            BOOST_CHECK_MESSAGE(c.out == data, "the body differs from the file (" << c.out.size() << " bytes)");
+            Result l = harness::run({program("curl"), "-sS", url + "/"}, env, 30000);
+            BOOST_CHECK_EQUAL(l.exit_code(), 0);
+            listing[with] = l.out;
+            // http.server closes each connection before it accepts the next one: the
+            // server lines of the first two requests are logged before this one is served.
+            Result h = harness::run({program("curl"), "-sS", "-o", "/dev/null", "-w", "%{http_code}", url + "/none"},
+                                    env, 30000);
+            BOOST_CHECK_EQUAL(h.out, "404");
+            srv.stop(SIGTERM, 5000);
+        }
+    }
+    BOOST_CHECK(listing[0].find("blob.bin") != std::string::npos);
+    BOOST_CHECK_EQUAL(listing[0], listing[1]);
+    harness::LogCheck lc = checked_log(log);
+    BOOST_CHECK_GE(count_role(lc, "client"), 2u);
+    BOOST_CHECK_GE(count_role(lc, "server"), 2u);
+}
+
+/* ---- setuid: secure-execution mode makes the library inert -------------------------- */
+
+namespace {
+
+// Only root can make a setuid-root copy, and a "nobody" is needed to run it.
+struct CanSetuid {
+    boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const
+    {
+        std::string why;
+        if (geteuid() != 0)
+            why = "needs root (to install a setuid-root copy)";
+        else if (getpwnam("nobody") == nullptr)
+            why = "needs a user named nobody";
+        if (why.empty())
+            return true;
+        std::cerr << "SKIP: setuid test " << why << "\n";
+        boost::test_tools::assertion_result r(false);
+        r.message() << why;
+        return r;
+    }
+};
+
+// The trusted system library directory: where this process's libc lives.
+std::string system_libdir()
+{
+    for (auto &l : harness::split_lines(harness::read_file("/proc/self/maps"))) {
+        size_t slash = l.find('/');
+        if (slash == std::string::npos)
+            continue;
+        std::string p = l.substr(slash);
+        size_t base = p.rfind('/');
+        if (p.compare(base + 1, std::string::npos, "libc.so.6") == 0)
+            return p.substr(0, base);
+    }
+    return "/usr/lib/x86_64-linux-gnu";
+}
+
+// A setuid copy of the library in the system directory, always removed again.
+struct SuidLib {
+    std::string path, name;
+    SuidLib()
+    {
+        std::string dir = system_libdir();
+        // leftovers of runs that died before their cleanup
+        glob_t g{};
+        if (glob((dir + "/librdmasock-suidtest-*.so").c_str(), 0, nullptr, &g) == 0) {
+            for (size_t i = 0; i < g.gl_pathc; ++i) {
+                int pid = atoi(strrchr(g.gl_pathv[i], '-') + 1);
+                if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH)
+                    unlink(g.gl_pathv[i]);
+            }
+        }
+        globfree(&g);
+        name = "librdmasock-suidtest-" + std::to_string(getpid()) + ".so";
+        path = dir + "/" + name;
+        bool ok = false;
+        std::string lib = harness::read_file(kLib, &ok);
+        if (!ok || !harness::write_file(path, lib, 0755) || chmod(path.c_str(), 04755) != 0)
+            path.clear();
+    }
+    ~SuidLib()
+    {
+        if (!path.empty())
+            unlink(path.c_str());
+    }
+};
+
+struct Inspection {
+    long at_secure = -1;
+    bool lib_mapped = false;
+    bool rdma_mapped = false;
+    int threads = -1;
+    std::set<int> fds;
+    bool log_created = false;
+    std::string out;
+    int status = -1;
+};
+
+long auxv_value(pid_t pid, unsigned long type)
+{
+    std::string a = harness::read_file("/proc/" + std::to_string(pid) + "/auxv");
+    for (size_t off = 0; off + 16 <= a.size(); off += 16) {
+        unsigned long t, v;
+        memcpy(&t, a.data() + off, 8);
+        memcpy(&v, a.data() + off + 8, 8);
+        if (t == type)
+            return static_cast<long>(v);
+    }
+    return -1;
+}
+
+// Run `exe suid-hold` as nobody with env and inspect it from outside while it waits.
+Inspection inspect(const std::string &exe, const Env &env, const std::string &lib, const std::string &log,
+                   const std::string &errfile)
+{
+    Inspection in;
+    passwd *pw = getpwnam("nobody");
+    harness::Child::Options o;
+    o.pipe_in = o.pipe_out = true;
+    o.uid = pw->pw_uid;
+    o.gid = pw->pw_gid;
+    o.err_file = errfile;
+    harness::Child ch({exe, "suid-hold"}, env, o);
+    if (!ch.started())
+        return in;
+    for (int i = 0; i < 5; ++i) {
+        std::string line = ch.read_line(10000);
+        if (line.empty())
+            break;
+        in.out += line + "\n";
+        if (line == "ready")
+            break;
+    }
+    std::string proc = "/proc/" + std::to_string(ch.pid());
+    in.at_secure = auxv_value(ch.pid(), 23 /* AT_SECURE */);
+    in.lib_mapped = maps_file(ch.pid(), lib);
+    std::string maps = harness::read_file(proc + "/maps");
+    in.rdma_mapped = maps.find("/dev/infiniband") != std::string::npos ||
+                     std::regex_search(maps, std::regex(R"(-rdmav\d+\.so)"));
+    in.threads = 0;
+    if (DIR *d = opendir((proc + "/task").c_str())) {
+        while (dirent *e = readdir(d))
+            in.threads += e->d_name[0] != '.';
+        closedir(d);
+    }
+    if (DIR *d = opendir((proc + "/fd").c_str())) {
+        while (dirent *e = readdir(d))
+            if (e->d_name[0] != '.')
+                in.fds.insert(atoi(e->d_name));
+        closedir(d);
+    }
+    in.log_created = harness::file_exists(log);
+    ch.close_stdin();
+    if (ch.wait(10000))
+        in.status = ch.status();
+    in.out += ch.read_line(100);
+    return in;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(setuid_passthrough, *boost::unit_test::precondition(CanSetuid{}))
+{
+    require_lib();
+    BOOST_REQUIRE(harness::file_exists(kProbe));
+    harness::TempDir td;
+    struct statvfs vfs;
+    if (statvfs(td.path().c_str(), &vfs) == 0 && (vfs.f_flag & ST_NOSUID)) {
+        std::cerr << "SKIP: " << td.path() << " is on a nosuid file system\n";
+        BOOST_TEST_MESSAGE("skipped: temporary directory on a nosuid file system");
+        return;
+    }
+    SuidLib lib;
+    BOOST_REQUIRE_MESSAGE(!lib.path.empty(), "cannot install a setuid copy of the library in " << system_libdir());
+    bool ok = false;
+    std::string probe = harness::read_file(kProbe, &ok);
+    BOOST_REQUIRE(ok);
+    const std::string suid = td / "sockprobe-suid", plain = td / "sockprobe-plain";
+    BOOST_REQUIRE(harness::write_file(suid, probe, 0755) && chown(suid.c_str(), 0, 0) == 0 &&
+                  chmod(suid.c_str(), 04755) == 0);
+    BOOST_REQUIRE(harness::write_file(plain, probe, 0755) && chown(plain.c_str(), 0, 0) == 0);
+    const std::string logdir = td / "logs";
+    BOOST_REQUIRE(mkdir(logdir.c_str(), 0777) == 0 && chmod(logdir.c_str(), 01777) == 0);
+    const std::string log = logdir + "/x.log";
+    Env env = harness::base_env();
+    // No slash: in secure-execution mode glibc preloads only a setuid library from the
+    // system directories, by name.
+    harness::set_var(env, "LD_PRELOAD", lib.name);
+    harness::set_var(env, "RDMASOCK_LOG_LEVEL", "debug");
+    harness::set_var(env, "RDMASOCK_LOG_FILE", log);
+    const std::string transcript = "exchange = 1\nfds 3 4 5\nready\n";
+
+    Inspection s = inspect(suid, env, lib.path, log, td / "suid.err");
+    BOOST_TEST_CONTEXT("setuid run: " << s.out << harness::read_file(td / "suid.err"))
+    {
+        BOOST_REQUIRE_MESSAGE(s.at_secure == 1, "the setuid copy did not run in secure-execution mode");
+        BOOST_REQUIRE_MESSAGE(s.lib_mapped, "glibc did not preload the library: the test would prove nothing");
+        BOOST_CHECK_EQUAL(s.out, transcript);
+        BOOST_CHECK_EQUAL(s.threads, 1);
+        BOOST_CHECK_MESSAGE(s.fds == std::set<int>({0, 1, 2, 3, 4, 5}),
+                            "descriptors other than the program's own are open");
+        BOOST_CHECK_MESSAGE(!s.rdma_mapped, "an RDMA device or provider library is mapped");
+        BOOST_CHECK_MESSAGE(!s.log_created, "the library read RDMASOCK_LOG_FILE in secure-execution mode");
+        BOOST_CHECK_EQUAL(s.status, 0);
+    }
+    unlink(log.c_str());
+
+    // The same program without the setuid bit, same environment: the library is active,
+    // so the checks above can fail.
+    Inspection p = inspect(plain, env, lib.path, log, td / "plain.err");
+    BOOST_TEST_CONTEXT("non-setuid run: " << p.out << harness::read_file(td / "plain.err"))
+    {
+        BOOST_CHECK_EQUAL(p.at_secure, 0);
+        BOOST_CHECK(p.lib_mapped);
+        BOOST_CHECK_EQUAL(p.out, transcript);
+        BOOST_CHECK_MESSAGE(p.log_created, "the library did not open its log file outside secure mode");
+        BOOST_CHECK_MESSAGE(p.fds != std::set<int>({0, 1, 2, 3, 4, 5}), "the log file is not open");
+        BOOST_CHECK_EQUAL(p.status, 0);
+    }
+}
