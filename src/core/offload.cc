@@ -372,6 +372,8 @@ void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
 
 void Engine::handle(rdma_cm_event *ev) noexcept
 {
+    RS_DEBUG("rdma_cm event %s (status %d) for id %p", rdma_event_str(ev->event), ev->status,
+             static_cast<void *>(ev->id));
     // rdma_destroy_id waits until the id's events are acknowledged: ids are destroyed
     // only after the rdma_ack_cm_event below.
     std::shared_ptr<rdma::CmId> drop_after_ack;
@@ -619,6 +621,8 @@ Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
         attempt.fired = false;
         if (attempt.event == want)
             return Reason::none;
+        RS_DEBUG("negotiation fd=%d: waiting for %s, got %s (status %d)", fd, rdma_event_str(want),
+                 rdma_event_str(attempt.event), attempt.status);
         switch (attempt.event) {
         case RDMA_CM_EVENT_ADDR_ERROR:
             return Reason::not_rdma_addr;

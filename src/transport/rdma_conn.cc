@@ -417,7 +417,7 @@ void Conn::on_tcp_event(unsigned events) noexcept
     if (closed_)
         return;
     Phase p = phase_.load();
-    if (p == Phase::verifying && (events & (POLLIN | POLLRDHUP | POLLHUP))) {
+    if (side_ == Side::server && p == Phase::verifying && (events & (POLLIN | POLLRDHUP | POLLHUP))) {
         try_confirm_locked();  // switch even if the program never reads
         return;
     }
@@ -596,7 +596,9 @@ void Conn::mark_closed() noexcept
 
 int Conn::try_confirm_locked() noexcept
 {
-    if (closed_)
+    // Only a server looks for a CONFIRM: a client's first inbound bytes are the
+    // server's own (a banner), never ours to judge.
+    if (closed_ || side_ != Side::server)
         return -1;
     Phase p = phase_.load();
     if (p == Phase::maybe && maybe_deadline_.time_since_epoch().count() != 0 &&
