@@ -175,6 +175,7 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
         int kind;  // 0 kernel, 1 offloaded
         size_t first, count;
         SocketRef s;
+        long comp = -1;  // index of the connection's completion channel in k
     };
     std::vector<Map> map(nfds);
     std::vector<pollfd> k;
@@ -193,6 +194,11 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
             }
             if (fds[i].events & POLLOUT)
                 k.push_back({c->wr_fd(), POLLOUT, 0});
+            // Wake on the completion itself rather than through the progress thread.
+            if (c->comp_fd() >= 0) {
+                map[i].comp = static_cast<long>(k.size());
+                k.push_back({c->comp_fd(), POLLIN, 0});
+            }
             map[i].count = k.size() - map[i].first;
             any = true;
         } else {
@@ -261,6 +267,9 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
         first = false;
         if (r < 0)
             return r;
+        for (nfds_t i = 0; i < nfds; ++i)
+            if (map[i].kind == 1 && map[i].comp >= 0 && (k[static_cast<size_t>(map[i].comp)].revents & POLLIN))
+                static_cast<Conn *>(map[i].s->transport)->on_completion_event();
         for (nfds_t i = 0; i < nfds; ++i) {
             if (map[i].kind == 0) {
                 fds[i].revents = k[map[i].first].revents;
