@@ -838,6 +838,7 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
         e->conns.emplace(conn.get(), conn);
     }
     // Until the first inbound bytes say otherwise, calls take the hooked path.
+    conn->enter_pending();
     s.set_offloaded(true);
 }
 
@@ -894,6 +895,7 @@ void release_rdma(Conn &c) noexcept
 
 void retire(Conn &c) noexcept
 {
+    c.mark_closed();  // idempotent; also leaves the pending count
     Engine *e = g_engine;
     if (e == nullptr)
         return;

@@ -201,6 +201,13 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
             }
             map[i].count = k.size() - map[i].first;
             any = true;
+        } else if (c) {
+            // A server socket still deciding (maybe/verifying): the kernel's TCP
+            // readiness for now, plus its eventfd, written when it switches to RDMA.
+            map[i] = {2, k.size(), 2, s};
+            k.push_back(fds[i]);
+            k.push_back({c->rd_fd(), POLLIN, 0});
+            any = true;
         } else {
             map[i] = {0, k.size(), 1, SocketRef()};
             k.push_back(fds[i]);
@@ -238,6 +245,12 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
                 ++ready;
         }
         int tmo = ready ? 0 : ms_left(deadline, infinite);
+        bool deciding = false;
+        for (nfds_t i = 0; i < nfds; ++i)
+            deciding |= map[i].kind == 2;
+        // A socket may switch to RDMA while we sleep: look again at least every 50 ms.
+        if (deciding && (tmo < 0 || tmo > 50))
+            tmo = 50;
         // Busy-poll mode: spin on the offloaded sockets (each poll_mask polls its
         // completion queue) before sleeping.
         if (!ready && tmo != 0 && rt::config().busy_poll_us > 0) {
@@ -271,7 +284,15 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
             if (map[i].kind == 1 && map[i].comp >= 0 && (k[static_cast<size_t>(map[i].comp)].revents & POLLIN))
                 static_cast<Conn *>(map[i].s->transport)->on_completion_event();
         for (nfds_t i = 0; i < nfds; ++i) {
-            if (map[i].kind == 0) {
+            if (map[i].kind == 2 &&
+                static_cast<Conn *>(map[i].s->transport)->phase() == Conn::Phase::rdma) {
+                // It switched: start over with its eventfds.
+                int left = ms_left(deadline, infinite);
+                return poll_mixed(fds, nfds, left, mask, use_mask);
+            }
+        }
+        for (nfds_t i = 0; i < nfds; ++i) {
+            if (map[i].kind == 0 || map[i].kind == 2) {
                 fds[i].revents = k[map[i].first].revents;
                 if (fds[i].revents)
                     ++ready;
@@ -287,7 +308,11 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
     }
 }
 
-bool any_offloaded() noexcept { return rt::g_offloaded.load(std::memory_order_relaxed) != 0; }
+bool any_offloaded() noexcept
+{
+    return rt::g_offloaded.load(std::memory_order_relaxed) != 0 ||
+           rt::g_pending.load(std::memory_order_relaxed) != 0;
+}
 
 int select_mixed(int nfds, fd_set *r, fd_set *w, fd_set *e, int timeout_ms, const sigset_t *mask,
                  bool use_mask) noexcept

@@ -12,6 +12,7 @@
 namespace rdmasock::rt {
 
 std::atomic<unsigned> g_offloaded{0};
+std::atomic<unsigned> g_pending{0};
 
 namespace {
 

@@ -32,6 +32,8 @@ Reason default_reason() noexcept;
 
 // Number of offloaded sockets alive: zero means every wait primitive passes through.
 extern std::atomic<unsigned> g_offloaded;
+// Accepted server sockets still deciding between RDMA and TCP.
+extern std::atomic<unsigned> g_pending;
 
 void after_fork_child() noexcept;
 

@@ -592,6 +592,7 @@ void Conn::mark_closed() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
     closed_ = true;
+    leave_pending_locked();
 }
 
 int Conn::try_confirm_locked() noexcept
@@ -634,8 +635,11 @@ int Conn::try_confirm_locked() noexcept
         return 1;
     }
     phase_.store(Phase::rdma, std::memory_order_release);
-    efd_drain(rd_efd_);  // wake-ups of the pre-switch phases are not readiness
-    rd_set_ = false;
+    // Wake a poll/select that waits on this socket's pre-switch readiness (it starts
+    // over with the eventfds); the first update by a watcher drains it if not readable.
+    efd_write(rd_efd_, 1);
+    rd_set_ = true;
+    leave_pending_locked();
     if (sock_ != nullptr)
         sock_->reason.store(Reason::none, std::memory_order_relaxed);
     rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
@@ -648,9 +652,27 @@ int Conn::try_confirm_locked() noexcept
 
 void Conn::switch_epoll_locked() noexcept { readiness::on_switch_to_rdma(tcp_fd_, *this); }
 
+void Conn::leave_pending_locked() noexcept
+{
+    if (pending_counted_) {
+        pending_counted_ = false;
+        rt::g_pending.fetch_sub(1, std::memory_order_relaxed);
+    }
+}
+
+void Conn::enter_pending() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!pending_counted_ && phase_.load() != Phase::rdma && phase_.load() != Phase::tcp) {
+        pending_counted_ = true;
+        rt::g_pending.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
 void Conn::decide_tcp_locked(Reason why) noexcept
 {
     phase_.store(Phase::tcp, std::memory_order_release);
+    leave_pending_locked();
     if (sock_ != nullptr) {
         sock_->reason.store(why, std::memory_order_relaxed);
         sock_->set_offloaded(false);

@@ -72,6 +72,10 @@ public:
     Counters counters(int fd) noexcept override;
     void destroy() noexcept override;
 
+    // A server socket that is deciding (maybe/verifying) counts in rt::g_pending, so the
+    // wait primitives take the mixed path for it.
+    void enter_pending() noexcept;
+
     // The program closed the TCP fd: its number may be reused, never touch it again.
     void mark_closed() noexcept;
 
@@ -131,6 +135,7 @@ private:
     // switch to rdma happened, 0 when undecided (wait), -1 when decided tcp.
     int try_confirm_locked() noexcept;
     void switch_epoll_locked() noexcept;
+    void leave_pending_locked() noexcept;
     void decide_tcp_locked(Reason why) noexcept;
     // Wait (outside mu_) until the shadow `efd` is ready for `events` or the TCP fd has
     // input (when tcp_too), honouring the socket's timeout.  0, -EAGAIN (timed out),
@@ -190,6 +195,7 @@ private:
     bool reset_reported_ = false;
     bool failed_ = false;          // local failure (QP error)
     bool tcp_eof_ = false;         // the TCP connection saw EOF/RST
+    bool pending_counted_ = false;
     bool closed_ = false;          // the TCP fd is closed (its number may be reused)
     bool dead_ = false;            // fork child: never touch the verbs objects
     std::chrono::steady_clock::time_point grace_deadline_{};
