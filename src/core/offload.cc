@@ -119,6 +119,7 @@ public:
     void unwatch(Conn &c) noexcept;      // both fds (the TCP fd must still be open)
     void unwatch_tcp(Conn &c) noexcept;  // before the program's close of the TCP fd
     void unwatch_comp(Conn &c) noexcept;
+    void watch_comp(Conn &c) noexcept;
     void wake() noexcept
     {
         uint64_t one = 1;
@@ -199,14 +200,13 @@ bool Engine::start() noexcept
     return true;
 }
 
+// The TCP socket is always watched (liveness, CONFIRM).  The completion channel is
+// watched only while someone depends on the progress thread for completions: epoll
+// registrations on the shadow eventfds (Conn::shadow_users) and retired connections
+// waiting for the peer's FIN.  Threads in our own calls handle completions themselves.
 void Engine::watch(Conn &c) noexcept
 {
     epoll_event ev{};
-    if (c.comp_fd() >= 0) {
-        ev.events = EPOLLIN;
-        ev.data.u64 = reinterpret_cast<uint64_t>(&c) | kComp;
-        RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, c.comp_fd(), &ev);
-    }
     ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
     ev.data.u64 = reinterpret_cast<uint64_t>(&c) | kTcp;
     RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, c.tcp_fd(), &ev);
@@ -221,6 +221,16 @@ void Engine::unwatch(Conn &c) noexcept
 void Engine::unwatch_tcp(Conn &c) noexcept
 {
     RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_DEL, c.tcp_fd(), nullptr);
+}
+
+void Engine::watch_comp(Conn &c) noexcept
+{
+    if (c.comp_fd() < 0)
+        return;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = reinterpret_cast<uint64_t>(&c) | kComp;
+    RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, c.comp_fd(), &ev);
 }
 
 void Engine::unwatch_comp(Conn &c) noexcept
@@ -279,6 +289,7 @@ int Engine::timers() noexcept
             if (it == conns.end())
                 continue;
             graveyard.emplace_back(it->second, now + Ms(rt::config().linger_ms));
+            watch_comp(*it->second);  // the peer's FIN frees it early
             conns.erase(it);
         }
         retiring.clear();
@@ -919,6 +930,17 @@ void after_fork_child() noexcept
         new (&g_start_mu) std::mutex();
         g_engine = nullptr;  // leaked on purpose: its members refer to the parent's resources
     }
+}
+
+void progress_completions(Conn &c, bool on) noexcept
+{
+    Engine *e = g_engine;
+    if (e == nullptr || !e->running())
+        return;
+    if (on)
+        e->watch_comp(c);
+    else
+        e->unwatch_comp(c);
 }
 
 void clear_cache() noexcept

@@ -44,6 +44,11 @@ void at_exit() noexcept;
 // In a fork child: the parent's RDMA resources and thread are not ours.
 void after_fork_child() noexcept;
 
+// The progress thread starts (on) or stops (off) handling `c`'s completions: needed only
+// while epoll registrations wait on its shadow eventfds.  Level-triggered: an event that
+// arrived meanwhile is seen when it starts.
+void progress_completions(Conn &c, bool on) noexcept;
+
 // Forget cached negative results (tests).
 void clear_cache() noexcept;
 

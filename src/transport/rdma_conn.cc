@@ -288,7 +288,7 @@ void Conn::abandon_rdma() noexcept
         efd_write(rd_efd_, 1);
     } else if (p == Phase::rdma && !peer_fin_) {
         reset_ = true;
-        update_shadows_locked();
+        update_shadows_locked(true);
     }
 }
 
@@ -394,7 +394,7 @@ void Conn::fail(const char *why) noexcept
     if (!reset_ && !failed_)
         RS_DEBUG("connection fd=%d reset: %s", tcp_fd_, why);
     reset_ = true;
-    update_shadows_locked();
+    update_shadows_locked(true);
 }
 
 void Conn::on_completion_event() noexcept
@@ -470,21 +470,30 @@ bool Conn::writable_locked() const noexcept
 
 void Conn::shadow_users(int delta) noexcept
 {
-    shadow_users_.fetch_add(delta, std::memory_order_acq_rel);
+    int before = shadow_users_.fetch_add(delta, std::memory_order_acq_rel);
+    // epoll waiters see only the eventfds: while there are any, the progress thread
+    // handles this connection's completions.
+    if (before == 0 && delta > 0)
+        offload::progress_completions(*this, true);
+    else if (before + delta == 0 && delta < 0)
+        offload::progress_completions(*this, false);
 }
 
 void Conn::sync_shadows() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
     poll_cq_locked();
-    update_shadows_locked();
+    update_shadows_locked(true);
 }
 
-void Conn::update_shadows_locked() noexcept
+void Conn::update_shadows_locked(bool force) noexcept
 {
-    // Nobody watches the eventfds (no epoll registration, no poll/select, no blocked
-    // call): skip the two syscalls; the first watcher brings them up to date.
-    if (phase_.load() != Phase::rdma || dead_ || shadow_users_.load(std::memory_order_relaxed) == 0)
+    // Nobody watches the eventfds (no epoll registration): skip the two syscalls; the
+    // first watcher brings them up to date.  Threads blocked in a call or in
+    // poll/select wake on the completion channel; state changes that come from
+    // elsewhere (a reset seen on the TCP socket) force the update.
+    if (phase_.load() != Phase::rdma || dead_ ||
+        (!force && shadow_users_.load(std::memory_order_relaxed) == 0))
         return;
     bool r = readable_locked();
     if (r && !rd_set_) {
@@ -554,8 +563,7 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
             lk.lock();
         } while (std::chrono::steady_clock::now() < end);
     }
-    shadow_users_.fetch_add(1, std::memory_order_acq_rel);
-    update_shadows_locked();
+    update_shadows_locked(true);  // no stale "readable" left to wake us for nothing
     lk.unlock();
     // The waiting thread also watches the completion channel itself, so a wake-up does
     // not have to go through the progress thread (whichever reads the event first
@@ -564,7 +572,6 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
     int r = RS_REAL(poll)(p, tcp_too ? 3 : 2, tmo);
     int e = errno;
     lk.lock();
-    shadow_users_.fetch_sub(1, std::memory_order_acq_rel);
     if (r == 0)
         return -EAGAIN;
     if (r < 0 && e == EINTR)
@@ -1013,9 +1020,19 @@ void Conn::close_connection(bool abortive) noexcept
         poll_cq_locked();
         if (wr_completed_ >= last)
             break;
-        if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) {
-            poll_cq_locked();
+        cq_->arm();
+        poll_cq_locked();
+        if (wr_completed_ >= last)
             break;
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline - std::chrono::steady_clock::now()).count();
+        if (left <= 0)
+            break;
+        lk.unlock();
+        pollfd p{comp_fd(), POLLIN, 0};
+        RS_REAL(poll)(&p, 1, static_cast<int>(left < 50 ? left : 50));
+        lk.lock();
+        while (cq_->ack_event() >= 0) {
         }
     }
 }

@@ -122,7 +122,7 @@ private:
     // All *_locked functions need mu_ held.
     void poll_cq_locked() noexcept;
     void handle_recv_locked(uint32_t imm) noexcept;
-    void update_shadows_locked() noexcept;
+    void update_shadows_locked(bool force = false) noexcept;
     bool readable_locked() const noexcept;
     bool writable_locked() const noexcept;
     int post_write_locked(uint64_t off, const void *src, uint32_t len, uint32_t lkey,
