@@ -109,6 +109,7 @@ public:
     std::map<Key, Parked> parked;                    // requests, not accepted yet
     std::map<rdma_cm_id *, std::shared_ptr<rdma::CmId>> listeners;
     std::map<std::array<uint8_t, 17>, Cached> negative;
+    std::map<std::array<uint8_t, 17>, Clock::time_point> positive;  // last RDMA success
     std::vector<std::pair<std::shared_ptr<Conn>, Clock::time_point>> graveyard;
     std::vector<Conn *> retiring;
     // Requests claimed by an accept(): accepted by the progress thread, so accept()
@@ -437,10 +438,14 @@ void Engine::handle(rdma_cm_event *ev) noexcept
             Parked p{owned, h, Clock::now() + Ms(2 * rt::config().probe_timeout_ms + 100)};
             auto mit = maybe.find(k);
             if (mit != maybe.end() && mit->second->phase() == Conn::Phase::maybe) {
+                RS_DEBUG("RDMA request from port %u: its connection is accepted (fd=%d)",
+                         h.client_port, mit->second->tcp_fd());
                 auto conn = mit->second;
                 maybe.erase(mit);
                 accept_request(conn, std::move(p));
             } else if (parked.size() < 4096 && !parked.count(k)) {
+                RS_DEBUG("RDMA request from port %u: parked until accept()%s", h.client_port,
+                         mit != maybe.end() ? " (its socket already decided)" : "");
                 parked.emplace(k, std::move(p));
             } else {
                 reject(id, Reason::limit);
@@ -532,6 +537,10 @@ Reason cached(const sockaddr *peer) noexcept
     return it->second.reason;
 }
 
+// Remember how a negotiation with `peer` ended: a success clears the peer's negative
+// entry; a failure is cached, except a timeout from a peer that negotiated RDMA within
+// the cache period (a lost or slow answer from an rdmasock host, not a host without
+// RDMA: caching it would keep every connection to that host on TCP).
 void remember(const sockaddr *peer, Reason r) noexcept
 {
     if (rt::config().neg_cache_ms <= 0 || g_engine == nullptr)
@@ -540,8 +549,18 @@ void remember(const sockaddr *peer, Reason r) noexcept
     uint8_t tmp[18];
     put_addr(tmp, peer, &k[0]);
     memcpy(k.data() + 1, tmp, 16);
+    auto now = Clock::now();
     std::lock_guard<std::mutex> lk(g_engine->mu);
-    g_engine->negative[k] = Cached{r, Clock::now() + Ms(rt::config().neg_cache_ms)};
+    if (r == Reason::none) {
+        g_engine->positive[k] = now;
+        g_engine->negative.erase(k);
+        return;
+    }
+    auto pos = g_engine->positive.find(k);
+    if (r == Reason::timeout && pos != g_engine->positive.end() &&
+        now - pos->second < Ms(rt::config().neg_cache_ms))
+        return;
+    g_engine->negative[k] = Cached{r, now + Ms(rt::config().neg_cache_ms)};
 }
 
 // RDMASOCK_RING_KB, or when 0 (auto): 4 MiB when locked memory is not limited, else
@@ -783,6 +802,7 @@ void client_negotiate(int fd, Socket &s) noexcept
     s.reason.store(Reason::none, std::memory_order_relaxed);
     s.set_offloaded(true);
     rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
+    remember(reinterpret_cast<sockaddr *>(&s.peer), Reason::none);
     RS_DEBUG("connect fd=%d is on RDMA", fd);
 }
 
@@ -839,6 +859,7 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
     {
         std::lock_guard<std::mutex> lk(e->mu);
         auto pit = e->parked.find(k);
+        RS_DEBUG("accept fd=%d: %s", fd, pit != e->parked.end() ? "claims a parked RDMA request" : "no RDMA request yet");
         if (pit != e->parked.end()) {
             e->claimed.emplace_back(conn, std::move(pit->second));
             e->parked.erase(pit);
