@@ -105,7 +105,8 @@ public:
     std::mutex mu;  // guards everything below
     std::map<Conn *, std::shared_ptr<Conn>> conns;   // live connections with an id
     std::map<Conn *, Attempt *> attempts;            // client negotiations in flight
-    std::map<Key, std::shared_ptr<Conn>> maybe;      // accepted, no request yet
+    std::map<Key, std::shared_ptr<Conn>> maybe;      // accepted, not decided
+    std::map<Conn *, Key> keys;                      // the 4-tuple of each `maybe` entry
     std::map<Key, Parked> parked;                    // requests, not accepted yet
     std::map<rdma_cm_id *, std::shared_ptr<rdma::CmId>> listeners;
     std::map<std::array<uint8_t, 17>, Cached> negative;
@@ -437,15 +438,20 @@ void Engine::handle(rdma_cm_event *ev) noexcept
             id->context = nullptr;
             Parked p{owned, h, Clock::now() + Ms(2 * rt::config().probe_timeout_ms + 100)};
             auto mit = maybe.find(k);
-            if (mit != maybe.end() && mit->second->phase() == Conn::Phase::maybe) {
-                RS_DEBUG("RDMA request from port %u: its connection is accepted (fd=%d)",
+            // Accepted only for a connection this process accepted and has started to
+            // read from (or wait for input on): a process that accepts and forks a
+            // child to serve the connection never binds RDMA to it behind the child.
+            if (mit != maybe.end() && mit->second->phase() == Conn::Phase::maybe &&
+                mit->second->interested()) {
+                RS_DEBUG("RDMA request from port %u: its connection is being read (fd=%d)",
                          h.client_port, mit->second->tcp_fd());
                 auto conn = mit->second;
+                keys.erase(conn.get());
                 maybe.erase(mit);
                 accept_request(conn, std::move(p));
             } else if (parked.size() < 4096 && !parked.count(k)) {
-                RS_DEBUG("RDMA request from port %u: parked until accept()%s", h.client_port,
-                         mit != maybe.end() ? " (its socket already decided)" : "");
+                RS_DEBUG("RDMA request from port %u: parked until its connection is read%s",
+                         h.client_port, mit != maybe.end() ? "" : " (not accepted yet)");
                 parked.emplace(k, std::move(p));
             } else {
                 reject(id, Reason::limit);
@@ -858,20 +864,59 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
     s.reason.store(Reason::pending, std::memory_order_relaxed);
     {
         std::lock_guard<std::mutex> lk(e->mu);
-        auto pit = e->parked.find(k);
-        RS_DEBUG("accept fd=%d: %s", fd, pit != e->parked.end() ? "claims a parked RDMA request" : "no RDMA request yet");
-        if (pit != e->parked.end()) {
-            e->claimed.emplace_back(conn, std::move(pit->second));
-            e->parked.erase(pit);
-            e->wake();
-        } else {
-            e->maybe[k] = conn;
-        }
+        e->maybe[k] = conn;
+        e->keys[conn.get()] = k;
         e->conns.emplace(conn.get(), conn);
     }
     // Until the first inbound bytes say otherwise, calls take the hooked path.
     conn->enter_pending();
     s.set_offloaded(true);
+}
+
+void interest(Conn &c) noexcept
+{
+    Engine *e = g_engine;
+    if (e == nullptr)
+        return;
+    std::lock_guard<std::mutex> lk(e->mu);
+    auto kit = e->keys.find(&c);
+    if (kit == e->keys.end())
+        return;
+    auto pit = e->parked.find(kit->second);
+    if (pit == e->parked.end())
+        return;  // the request, when it comes, finds the connection being read
+    auto mit = e->maybe.find(kit->second);
+    if (mit == e->maybe.end())
+        return;
+    RS_DEBUG("fd=%d is being read: accepting its parked RDMA request", c.tcp_fd());
+    e->claimed.emplace_back(mit->second, std::move(pit->second));
+    e->parked.erase(pit);
+    e->maybe.erase(mit);
+    e->keys.erase(kit);
+    e->wake();
+}
+
+// A server connection that never bound RDMA goes away: answer a request parked for it
+// at once (the client falls back to TCP instead of waiting for its probe timeout).
+void forget_undecided(Engine *e, Conn &c) noexcept
+{
+    std::shared_ptr<rdma::CmId> drop;
+    {
+        std::lock_guard<std::mutex> lk(e->mu);
+        auto kit = e->keys.find(&c);
+        if (kit == e->keys.end())
+            return;
+        auto pit = e->parked.find(kit->second);
+        if (pit != e->parked.end()) {
+            uint8_t d[neg::kDeclineSize];
+            neg::encode_decline(Reason::rejected, d);
+            rdma_reject(pit->second.id->get(), d, sizeof d);
+            drop = std::move(pit->second.id);
+            e->parked.erase(pit);
+        }
+        e->maybe.erase(kit->second);
+        e->keys.erase(kit);
+    }
 }
 
 void on_close(int fd, Socket &s) noexcept
@@ -893,6 +938,8 @@ void on_close(int fd, Socket &s) noexcept
                         lg.l_onoff && lg.l_linger == 0;
         c->close_connection(abortive);
     }
+    if (g_engine != nullptr && c->side() == Conn::Side::server)
+        forget_undecided(g_engine, *c);
     // From here on the fd number may be reused: nothing may touch it through `c`.
     c->mark_closed();
     if (g_engine != nullptr) {
@@ -931,12 +978,9 @@ void retire(Conn &c) noexcept
     Engine *e = g_engine;
     if (e == nullptr)
         return;
+    if (c.side() == Conn::Side::server)
+        forget_undecided(e, c);
     std::lock_guard<std::mutex> lk(e->mu);
-    for (auto it = e->maybe.begin(); it != e->maybe.end(); ++it)
-        if (it->second.get() == &c) {
-            e->maybe.erase(it);
-            break;
-        }
     if (c.phase() == Conn::Phase::rdma)
         rt::g_offloaded.fetch_sub(1, std::memory_order_relaxed);
     e->retiring.push_back(&c);

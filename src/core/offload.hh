@@ -29,6 +29,10 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept;
 // teardown of an offloaded connection; a listener's RDMA side is closed.
 void on_close(int fd, Socket &s) noexcept;
 
+// The program starts reading (or waiting for input) on server connection `c` that is
+// still undecided: an RDMA request parked for it may now be accepted.
+void interest(Conn &c) noexcept;
+
 // A Conn decided on TCP: disconnect and free its RDMA side.
 void release_rdma(Conn &c) noexcept;
 

@@ -203,6 +203,8 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
         } else if (c) {
             // A server socket still deciding (maybe/verifying): the kernel's TCP
             // readiness for now, plus its eventfd, written when it switches to RDMA.
+            if (fds[i].events & (POLLIN | POLLRDHUP | POLLPRI))
+                c->note_interest();
             map[i] = {2, k.size(), 2, s};
             k.push_back(fds[i]);
             k.push_back({c->rd_fd(), POLLIN, 0});
@@ -405,6 +407,8 @@ int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const timespec *tmo, cons
 }
 
 namespace {
+// A maybe-phase server socket registered for input: noted after g_mu is released.
+thread_local Conn *pending_interest = nullptr;
 int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcept;
 }
 
@@ -422,6 +426,11 @@ int epoll_ctl(int epfd, int op, int fd, epoll_event *ev) noexcept
     int e = errno;
     if (r == 0 && op != EPOLL_CTL_DEL && c->phase() == Conn::Phase::rdma)
         c->sync_shadows();  // the new registration sees the current state
+    if (pending_interest != nullptr) {
+        pending_interest = nullptr;
+        if (r == 0)
+            c->note_interest();
+    }
     errno = e;
     return r;
 }
@@ -448,6 +457,8 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
         Reg reg;
         reg.events = ev->events;
         reg.data = ev->data;
+        if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI))
+            pending_interest = c;
         if (!shadows) {
             if (RS_REAL(epoll_ctl)(epfd, op, fd, ev) != 0)
                 return -1;
@@ -477,6 +488,8 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
         if (!it->second.on_shadows) {
             if (RS_REAL(epoll_ctl)(epfd, op, fd, ev) != 0)
                 return -1;
+            if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI))
+                pending_interest = c;
             it->second.events = ev->events;
             it->second.data = ev->data;
             return 0;

@@ -1,32 +1,62 @@
 #include "rdma/probe.hh"
 
-#include <infiniband/verbs.h>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace rdmasock::rdma {
 
+namespace {
+
+// Read a small sysfs file (raw syscalls through libc's open/read, never the
+// interposed ones).
+bool read_small(const char *path, char *buf, size_t n) noexcept
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t r = pread(fd, buf, n - 1, 0);
+    ::syscall(SYS_close, fd);
+    if (r <= 0)
+        return false;
+    buf[r] = '\0';
+    return true;
+}
+
+}  // namespace
+
+// The devices and their port states as the kernel's RDMA core lists them in sysfs: no
+// device is opened and no provider library is loaded (opening each device is what made
+// the first socket of a process slow), and the answer is the same ("4: ACTIVE").
 ProbeResult probe_devices() noexcept
 {
     ProbeResult r;
-    int n = 0;
-    ibv_device **list = ibv_get_device_list(&n);
-    if (list == nullptr)
+    DIR *d = opendir("/sys/class/infiniband");
+    if (d == nullptr)
         return r;
-    r.devices = n;
-    for (int i = 0; i < n; ++i) {
-        ibv_context *ctx = ibv_open_device(list[i]);
-        if (ctx == nullptr)
+    while (dirent *e = readdir(d)) {
+        if (e->d_name[0] == '.')
             continue;
-        ibv_device_attr attr{};
-        if (ibv_query_device(ctx, &attr) == 0) {
-            for (uint8_t port = 1; port <= attr.phys_port_cnt; ++port) {
-                ibv_port_attr pa{};
-                if (ibv_query_port(ctx, port, &pa) == 0 && pa.state == IBV_PORT_ACTIVE)
-                    ++r.active_ports;
-            }
+        ++r.devices;
+        char ports[512];
+        snprintf(ports, sizeof ports, "/sys/class/infiniband/%s/ports", e->d_name);
+        DIR *pd = opendir(ports);
+        if (pd == nullptr)
+            continue;
+        while (dirent *p = readdir(pd)) {
+            if (p->d_name[0] == '.')
+                continue;
+            char path[1100], state[64];
+            snprintf(path, sizeof path, "%s/%s/state", ports, p->d_name);
+            if (read_small(path, state, sizeof state) && strstr(state, "ACTIVE") != nullptr)
+                ++r.active_ports;
         }
-        ibv_close_device(ctx);
+        closedir(pd);
     }
-    ibv_free_device_list(list);
+    closedir(d);
     return r;
 }
 

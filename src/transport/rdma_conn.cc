@@ -306,6 +306,19 @@ void Conn::after_fork_child() noexcept
     // held the lock at fork time.
     new (&mu_) std::mutex();
     new (&cv_) std::condition_variable();
+    if (side_ == Side::server && phase_.load() == Phase::maybe && !interested_.load()) {
+        // Accepted, not yet read, no RDMA bound (a request is only accepted once the
+        // connection is read): the child serves it on TCP; the parent's copy, once
+        // closed, declines any request for it.
+        phase_.store(Phase::tcp, std::memory_order_release);
+        pending_counted_ = false;
+        if (sock_ != nullptr) {
+            sock_->reason.store(Reason::forked, std::memory_order_relaxed);
+            sock_->set_offloaded(false);
+        }
+        dead_ = true;  // the verbs objects are still the parent's
+        return;
+    }
     dead_ = true;
     reset_ = true;
     failed_ = true;
@@ -758,6 +771,12 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             return r < 0 ? -errno : r;
         }
         if (p != Phase::rdma) {  // server, before the switch
+            if (!interested_.load(std::memory_order_relaxed)) {
+                lk.unlock();
+                note_interest();
+                lk.lock();
+                continue;
+            }
             int c = try_confirm_locked();
             if (c != 0)
                 continue;

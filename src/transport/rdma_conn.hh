@@ -19,6 +19,7 @@
 #include <mutex>
 
 #include "core/negotiate.hh"
+#include "core/offload.hh"
 #include "core/reason.hh"
 #include "rdma/owners.hh"
 #include "transport/transport.hh"
@@ -71,6 +72,15 @@ public:
     unsigned poll_mask(int fd) noexcept override;
     Counters counters(int fd) noexcept override;
     void destroy() noexcept override;
+
+    // Server: the program reads or waits for input on this connection (first time:
+    // offload::interest()).
+    void note_interest() noexcept
+    {
+        if (side_ == Side::server && !interested_.exchange(true, std::memory_order_acq_rel))
+            offload::interest(*this);
+    }
+    bool interested() const noexcept { return interested_.load(std::memory_order_acquire); }
 
     // A server socket that is deciding (maybe/verifying) counts in rt::g_pending, so the
     // wait primitives take the mixed path for it.
@@ -166,6 +176,7 @@ private:
     int wr_efd_ = -1;
     bool rd_set_ = false;
     std::atomic<int> shadow_users_{0};
+    std::atomic<bool> interested_{false};
     bool wr_blocked_ = false;  // wr_efd_ holds the "not writable" value
 
     // receive side
