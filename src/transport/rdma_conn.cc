@@ -1047,6 +1047,11 @@ void Conn::close_connection(bool abortive) noexcept
                         deadline - std::chrono::steady_clock::now()).count();
         if (left <= 0)
             break;
+        // A peer that has sent its FIN and closed its TCP connection is gone (or going):
+        // its queue pair may no longer answer, and it reads nothing more.
+        pollfd t{tcp_fd_, POLLRDHUP, 0};
+        if (peer_fin_ && RS_REAL(poll)(&t, 1, 0) > 0 && (t.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            break;
         lk.unlock();
         pollfd p{comp_fd(), POLLIN, 0};
         RS_REAL(poll)(&p, 1, static_cast<int>(left < 50 ? left : 50));
