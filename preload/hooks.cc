@@ -229,14 +229,35 @@ int socketpair(int domain, int type, int protocol, int sv[2]) noexcept
 
 int listen(int fd, int backlog) noexcept
 {
-    int r = RS_REAL(listen)(fd, backlog);
-    if (r == 0)
-        if (SocketRef s = fdt::get(fd)) {
-            ErrnoGuard g;
-            s->role = Role::listener;
-            if (!s->listener)
-                offload::on_listen(fd, *s);
+    // The RDMA listener must be ready before the TCP listener: a client that connects
+    // at once must find it, or it concludes (and caches) that we do not run rdmasock.
+    SocketRef s = fdt::get(fd);
+    bool early = false;
+    if (s && !s->listener) {
+        ErrnoGuard g;
+        sockaddr_storage a{};
+        socklen_t al = sizeof a;
+        bool bound = RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&a), &al) == 0 &&
+                     ((a.ss_family == AF_INET && reinterpret_cast<sockaddr_in *>(&a)->sin_port) ||
+                      (a.ss_family == AF_INET6 && reinterpret_cast<sockaddr_in6 *>(&a)->sin6_port));
+        if (bound) {  // else the kernel picks the port in listen(): afterwards
+            offload::on_listen(fd, *s);
+            early = true;
         }
+    }
+    int r = RS_REAL(listen)(fd, backlog);
+    if (!s)
+        return r;
+    ErrnoGuard g;
+    if (r != 0) {
+        if (early)
+            offload::drop_listener(*s);
+        g.saved = errno;
+        return r;
+    }
+    s->role = Role::listener;
+    if (!s->listener)
+        offload::on_listen(fd, *s);
     return r;
 }
 

@@ -919,15 +919,26 @@ void forget_undecided(Engine *e, Conn &c) noexcept
     }
 }
 
+void drop_listener(Socket &s) noexcept
+{
+    if (!s.listener)
+        return;
+    if (s.listener_pid != getpid()) {
+        // A fork child's copy: the rdma_cm id is the parent's (destroying it here would
+        // destroy the parent's listener through the shared rdma_cm file): forget it.
+        new (&s.listener) std::shared_ptr<void>();
+        return;
+    }
+    if (g_engine != nullptr) {
+        std::lock_guard<std::mutex> lk(g_engine->mu);
+        g_engine->listeners.erase(static_cast<rdma::CmId *>(s.listener.get())->get());
+    }
+    s.listener.reset();
+}
+
 void on_close(int fd, Socket &s) noexcept
 {
-    if (s.listener) {
-        if (g_engine != nullptr && s.listener_pid == getpid()) {
-            std::lock_guard<std::mutex> lk(g_engine->mu);
-            g_engine->listeners.erase(static_cast<rdma::CmId *>(s.listener.get())->get());
-        }
-        s.listener.reset();
-    }
+    drop_listener(s);
     if (s.transport == nullptr)
         return;
     auto *c = static_cast<Conn *>(s.transport);

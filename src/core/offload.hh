@@ -22,6 +22,9 @@ void client_negotiate(int fd, Socket &s) noexcept;
 // and port, in the RDMA port space.
 void on_listen(int fd, Socket &s) noexcept;
 
+// listen() failed after on_listen(): close the RDMA listener again.
+void drop_listener(Socket &s) noexcept;
+
 // accept() on listener `ls` returned `fd`, tracked as `s`.
 void on_accept(Socket &ls, int fd, Socket &s) noexcept;
 

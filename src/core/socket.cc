@@ -2,6 +2,7 @@
 
 #include <new>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "transport/transport.hh"
 
@@ -133,7 +134,10 @@ void Socket::recycle() noexcept
         transport = nullptr;
         t->destroy();
     }
-    listener.reset();
+    if (listener && listener_pid != getpid())
+        new (&listener) std::shared_ptr<void>();  // a fork child's copy: the parent's id
+    else
+        listener.reset();
     offloaded_.store(false, std::memory_order_relaxed);
     g_pool.free(this);
 }
