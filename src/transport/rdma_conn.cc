@@ -726,6 +726,7 @@ int Conn::post_write_locked(uint64_t off, const void *src, uint32_t len, uint32_
     if (++unsignaled_ >= kSignalEvery || wr_posted_ + 4 - wr_completed_ >= sq_depth_) {
         wr.send_flags |= IBV_SEND_SIGNALED;
         unsignaled_ = 0;
+        last_signaled_ = wr.wr_id;
     }
     int r = ibv_post_send(qp_->get(), &wr, &bad);
     if (r != 0) {
@@ -1028,6 +1029,12 @@ void Conn::close_connection(bool abortive) noexcept
         if (post_ctrl_locked(neg::Imm::fin, 0) != 0)
             return;
         fin_sent_ = true;
+    } else if (last_signaled_ < wr_posted_) {
+        // The FIN went out earlier (shutdown) unsignalled: a signalled no-op (a credit
+        // of 0 bytes) after it tells us when everything before has completed.
+        unsignaled_ = kSignalEvery;
+        if (post_ctrl_locked(neg::Imm::credit, 0) != 0)
+            return;
     }
     shut_wr_ = true;
     // Every byte written must reach the peer before the TCP connection closes: wait

@@ -198,6 +198,7 @@ private:
     uint64_t wr_posted_ = 0;     // work requests posted
     uint64_t wr_completed_ = 0;  // work requests known complete (signalled ones cover earlier)
     unsigned unsignaled_ = 0;
+    uint64_t last_signaled_ = 0;  // wr_id of the last signalled request
     uint32_t sq_depth_ = 0;
     unsigned recv_posted_ = 0;
 
