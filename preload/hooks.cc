@@ -121,12 +121,16 @@ void log_close(int fd, const Socket &s, const CloseInfo &ci) noexcept
     if (!ci.connection || !log::enabled(log::kInfo))
         return;
     Reason r = s.reason.load(std::memory_order_relaxed);
-    const char *transport = s.offloaded() ? "rdma" : "tcp";
+    // Offloaded means on RDMA only once switched (an undecided server socket also takes
+    // the hooked path).
+    const bool rdma = s.offloaded() && s.transport != nullptr &&
+                      static_cast<const Conn *>(s.transport)->phase() == Conn::Phase::rdma;
+    const char *transport = rdma ? "rdma" : "tcp";
     char reason[48] = "";
     if (ci.never_connected)
         r = Reason::not_connected;
-    if (!s.offloaded())
-        snprintf(reason, sizeof reason, " reason=%s", reason_code(r));
+    if (!rdma)
+        snprintf(reason, sizeof reason, " reason=%s", reason_code(r == Reason::none ? Reason::pending : r));
     log::write(log::kInfo,
                "event=close fd=%d role=%s local=%s peer=%s transport=%s%s bytes_sent=%llu "
                "bytes_received=%llu",

@@ -109,8 +109,11 @@ public:
     std::map<Conn *, Key> keys;                      // the 4-tuple of each `maybe` entry
     std::map<Key, Parked> parked;                    // requests, not accepted yet
     std::map<rdma_cm_id *, std::shared_ptr<rdma::CmId>> listeners;
-    std::map<std::array<uint8_t, 17>, Cached> negative;
-    std::map<std::array<uint8_t, 17>, Clock::time_point> positive;  // last RDMA success
+    // Keyed by family + address + port; host-wide results (no answer, no device, no
+    // route) use port 0, results about one server process (no RDMA listener there,
+    // declined) the server's port.
+    std::map<std::array<uint8_t, 19>, Cached> negative;
+    std::map<std::array<uint8_t, 19>, Clock::time_point> positive;  // last RDMA success
     std::vector<std::pair<std::shared_ptr<Conn>, Clock::time_point>> graveyard;
     std::vector<Conn *> retiring;
     // Requests claimed by an accept(): accepted by the progress thread, so accept()
@@ -523,54 +526,66 @@ void Engine::handle(rdma_cm_event *ev) noexcept
         rdma_destroy_id(destroy_after_ack);
 }
 
+std::array<uint8_t, 19> cache_key(const sockaddr *peer, bool with_port) noexcept
+{
+    std::array<uint8_t, 19> k{};
+    uint8_t tmp[18];
+    put_addr(tmp, peer, &k[0]);
+    memcpy(k.data() + 1, tmp, with_port ? 18 : 16);
+    return k;
+}
+
+bool host_wide(Reason r) noexcept
+{
+    return r == Reason::timeout || r == Reason::peer_no_device || r == Reason::no_route ||
+           r == Reason::not_rdma_addr;
+}
+
 Reason cached(const sockaddr *peer) noexcept
 {
     Engine *e = g_engine;
     if (e == nullptr)
         return Reason::none;
-    std::array<uint8_t, 17> k{};
-    uint8_t tmp[18];
-    put_addr(tmp, peer, &k[0]);
-    memcpy(k.data() + 1, tmp, 16);
     std::lock_guard<std::mutex> lk(e->mu);
-    auto it = e->negative.find(k);
-    if (it == e->negative.end())
-        return Reason::none;
-    if (Clock::now() >= it->second.until) {
-        e->negative.erase(it);
-        return Reason::none;
+    for (bool with_port : {false, true}) {
+        auto it = e->negative.find(cache_key(peer, with_port));
+        if (it == e->negative.end())
+            continue;
+        if (Clock::now() >= it->second.until) {
+            e->negative.erase(it);
+            continue;
+        }
+        return it->second.reason;
     }
-    return it->second.reason;
+    return Reason::none;
 }
 
 // Remember how a negotiation with `peer` ended: a success clears the peer's negative
-// entry; a failure is cached, except a timeout from a peer that negotiated RDMA within
-// the cache period (a lost or slow answer from an rdmasock host, not a host without
-// RDMA: caching it would keep every connection to that host on TCP).
+// entries; a failure is cached (host-wide or for that port, see Engine::negative),
+// except a timeout from a host that negotiated RDMA within the cache period (a lost or
+// slow answer from an rdmasock host, not a host without RDMA: caching it would keep
+// every connection to that host on TCP).
 void remember(const sockaddr *peer, Reason r) noexcept
 {
     if (rt::config().neg_cache_ms <= 0 || g_engine == nullptr)
         return;
-    std::array<uint8_t, 17> k{};
-    uint8_t tmp[18];
-    put_addr(tmp, peer, &k[0]);
-    memcpy(k.data() + 1, tmp, 16);
+    auto host = cache_key(peer, false);
     auto now = Clock::now();
     std::lock_guard<std::mutex> lk(g_engine->mu);
     if (r == Reason::none) {
-        g_engine->positive[k] = now;
-        g_engine->negative.erase(k);
+        g_engine->positive[host] = now;
+        g_engine->negative.erase(host);
+        g_engine->negative.erase(cache_key(peer, true));
         return;
     }
-    auto pos = g_engine->positive.find(k);
+    auto pos = g_engine->positive.find(host);
     if (r == Reason::timeout && pos != g_engine->positive.end() &&
         now - pos->second < Ms(rt::config().neg_cache_ms))
         return;
-    g_engine->negative[k] = Cached{r, now + Ms(rt::config().neg_cache_ms)};
+    g_engine->negative[host_wide(r) ? host : cache_key(peer, true)] =
+        Cached{r, now + Ms(rt::config().neg_cache_ms)};
 }
 
-// RDMASOCK_RING_KB, or when 0 (auto): 4 MiB when locked memory is not limited, else
-// an eighth of RLIMIT_MEMLOCK (each connection pins a receive and a send ring).
 unsigned long ring_bytes() noexcept
 {
     unsigned long kb = static_cast<unsigned long>(rt::config().ring_kb);
