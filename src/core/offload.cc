@@ -631,6 +631,16 @@ Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
     if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &ll) != 0 ||
         RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&peer), &pl) != 0)
         return Reason::not_connected;
+    // A loopback connection never leaves the host: no RDMA device carries it, and it is
+    // not worth a probe.
+    auto loopback = [](const sockaddr_storage &a) {
+        if (a.ss_family == AF_INET)
+            return (ntohl(reinterpret_cast<const sockaddr_in *>(&a)->sin_addr.s_addr) >> 24) == 127;
+        const in6_addr &x = reinterpret_cast<const sockaddr_in6 *>(&a)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(&x) || (IN6_IS_ADDR_V4MAPPED(&x) && x.s6_addr[12] == 127);
+    };
+    if (loopback(local))
+        return Reason::not_rdma_addr;
     if (Reason r = cached(reinterpret_cast<sockaddr *>(&peer)); r != Reason::none)
         return r;
     // The probe timeout bounds each wait for an answer from the network (address and
