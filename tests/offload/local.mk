@@ -1,0 +1,37 @@
+# Offload tests (issue "Offload", point 4): connections really offloaded onto RDMA verbs,
+# byte-exact, with every fallback reason, socket semantics on offloaded sockets, and
+# real programs (iperf3, sockperf).  They need an RDMA device: under plain `make check`
+# on a host without one offload_tests exits 77 (SKIP); `make check-offload` runs them in
+# the soft-RoCE VM (tests/vm/run --nordma-ns), where a skip or any failure fails.
+# Paths are relative to the top directory (included from Makefile.am).
+
+check_PROGRAMS += tests/offload/peer tests/offload/offload_tests
+TESTS += tests/offload/offload_tests
+
+# The program under test: plain C++, no Boost; it runs with and without the library.
+tests_offload_peer_SOURCES = tests/offload/peer.cc
+tests_offload_peer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
+tests_offload_peer_LDADD = -lpthread
+
+tests_offload_offload_tests_SOURCES = tests/offload/offload_tests.cc tests/offload/proc.cc \
+	tests/offload/proc.hh
+tests_offload_offload_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TEST_DYN_LINK \
+	-DRDMASOCK_BUILD_LIB='"$(abs_top_builddir)/.libs/librdmasock.so"' \
+	-DOFFLOAD_PEER='"$(abs_top_builddir)/tests/offload/peer$(EXEEXT)"'
+tests_offload_offload_tests_LDADD = $(BOOST_TEST_LIBS) $(IBVERBS_LIBS) -lpthread
+# The tests run the preload library and the peer.
+EXTRA_tests_offload_offload_tests_DEPENDENCIES = librdmasock.la tests/offload/peer$(EXEEXT)
+
+# On the host: build, boot the VM once (with the nordma namespace), run every case
+# inside.  Fails on any failure or skip; the last line is "N passed, N failed".
+check-offload: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la
+	$(top_srcdir)/tests/vm/run --nordma-ns --timeout 600 -- $(SHELL) \
+	  $(abs_top_srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/offload_tests
+
+# The same where a device and the nordma namespace already are (inside the VM).
+check-offload-guest: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la
+	$(SHELL) $(srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/offload_tests
+
+.PHONY: check-offload check-offload-guest
+EXTRA_DIST += tests/offload/run-offload-tests tests/offload/README.md
+CLEANFILES += tests/offload/*.offload.log

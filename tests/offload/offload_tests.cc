@@ -1,0 +1,1433 @@
+// Offload tests (issue "Offload", point 4): connections really move onto RDMA verbs, the
+// bytes arrive intact, every fallback says why, socket semantics hold on offloaded
+// connections, and real programs (iperf3, sockperf) run offloaded.
+//
+// Runs where an RDMA device is (the soft-RoCE VM: `make check-offload`); without one it
+// prints SKIP and exits 77 before Boost.Test starts, so it never passes on a host
+// without RDMA.  Each case forks/execs pairs of tests/offload/peer (or real programs)
+// with or without LD_PRELOAD=librdmasock.so, on $RDMASOCK_VM_ADDR (10.77.0.1) or in the
+// namespace $RDMASOCK_VM_NORDMA_NS (tests/vm/run --nordma-ns), and asserts on what the
+// peers print (their RDMASOCK_INFO and byte counts) and on the close-time log lines
+// (RDMASOCK_LOG_FILE at RDMASOCK_LOG_LEVEL=info).
+//
+// Environment: TEST_OFFLOAD_ADDR (default $RDMASOCK_VM_ADDR), TEST_OFFLOAD_LOG_LEVEL
+// (default info; debug shows negotiation details in failure reports), TEST_OFFLOAD_KEEP=1
+// (keep every work directory: peer logs, stdout, stderr), TEST_OFFLOAD_TMP (where the
+// work directories go, default /tmp; in the VM /tmp vanishes, the tree does not).
+#ifndef BOOST_TEST_DYN_LINK
+#define BOOST_TEST_DYN_LINK
+#endif
+#define BOOST_TEST_NO_MAIN
+#include <boost/test/unit_test.hpp>
+
+#include <boost/property_tree/json_parser.hpp>
+#include <boost/property_tree/ptree.hpp>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <infiniband/verbs.h>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/offload/proc.hh"
+
+using namespace offload;
+namespace utf = boost::unit_test;
+
+namespace {
+
+// ---- configuration ------------------------------------------------------------------------
+
+struct Config {
+    std::string lib = RDMASOCK_BUILD_LIB;
+    std::string peer = OFFLOAD_PEER;
+    std::string addr;         // the RDMA address (10.77.0.1 in the VM)
+    std::string nordma_ns;    // "nordma" with --nordma-ns
+    std::string nordma_addr;  // 10.77.1.2
+    std::string log_level = "info";
+    bool keep = false;
+};
+Config cfg;
+
+std::string env_or(const char *name, const std::string &dflt)
+{
+    const char *v = getenv(name);
+    return v != nullptr && *v != '\0' ? v : dflt;
+}
+
+// 0 when an RDMA device with an active port exists; else prints SKIP, returns 77.
+int require_device()
+{
+    int n = 0, active = 0;
+    ibv_device **list = ibv_get_device_list(&n);
+    for (int i = 0; list != nullptr && i < n; ++i) {
+        ibv_context *ctx = ibv_open_device(list[i]);
+        if (ctx == nullptr)
+            continue;
+        ibv_device_attr attr{};
+        if (ibv_query_device(ctx, &attr) == 0)
+            for (uint8_t port = 1; port <= attr.phys_port_cnt; ++port) {
+                ibv_port_attr pa{};
+                if (ibv_query_port(ctx, port, &pa) == 0 && pa.state == IBV_PORT_ACTIVE)
+                    ++active;
+            }
+        ibv_close_device(ctx);
+    }
+    if (list != nullptr)
+        ibv_free_device_list(list);
+    if (active > 0)
+        return 0;
+    printf("SKIP: no active RDMA device (run via make check-offload)\n");
+    return 77;
+}
+
+// ---- per-case summary ------------------------------------------------------------------
+
+struct Summary : utf::test_observer {
+    int passed = 0, failed = 0, skipped = 0;
+    bool cur_failed = false;
+    std::vector<std::string> failures;
+
+    void test_unit_start(const utf::test_unit &tu) override
+    {
+        if (tu.p_type == utf::TUT_CASE) {
+            cur_failed = false;
+            printf("---- %s\n", tu.full_name().c_str());
+            fflush(stdout);
+        }
+    }
+    void assertion_result(utf::assertion_result ar) override
+    {
+        if (ar != utf::AR_PASSED)
+            cur_failed = true;
+    }
+    void exception_caught(const boost::execution_exception &) override { cur_failed = true; }
+    void test_unit_aborted(const utf::test_unit &) override { cur_failed = true; }
+    void test_unit_timed_out(const utf::test_unit &) override { cur_failed = true; }
+    void test_unit_skipped(const utf::test_unit &tu, utf::const_string reason) override
+    {
+        // "disabled": not selected by --run_test; anything else is a real skip.
+        if (tu.p_type == utf::TUT_CASE && reason != utf::const_string("disabled")) {
+            ++skipped;
+            printf("SKIP: %s: %s (a skip is a failure here)\n", tu.full_name().c_str(),
+                   std::string(reason.begin(), reason.end()).c_str());
+        }
+    }
+    void test_unit_finish(const utf::test_unit &tu, unsigned long elapsed_us) override
+    {
+        if (tu.p_type != utf::TUT_CASE)
+            return;
+        if (cur_failed) {
+            ++failed;
+            failures.push_back(tu.full_name());
+        } else {
+            ++passed;
+        }
+        printf("%s: %s (%.1f s)\n", cur_failed ? "FAIL" : "PASS", tu.full_name().c_str(),
+               static_cast<double>(elapsed_us) / 1e6);
+        fflush(stdout);
+    }
+    // Printed by main, last.
+    void print() const
+    {
+        for (const auto &f : failures)
+            printf("failed: %s\n", f.c_str());
+        std::string sk = skipped ? " (" + std::to_string(skipped) + " skipped)" : "";
+        printf("%d passed, %d failed%s\n", passed, failed + skipped, sk.c_str());
+        fflush(stdout);
+    }
+    int priority() override { return 1000; }
+};
+Summary g_summary;
+
+// Timing notes collected over the run, printed at the end (the report's numbers).
+std::vector<std::string> g_notes;
+void note(const std::string &s)
+{
+    g_notes.push_back(s);
+    printf("note: %s\n", s.c_str());
+    fflush(stdout);
+}
+
+// ---- running peers ----------------------------------------------------------------------
+
+struct Side {
+    bool lib = true;
+    bool nordma = false;  // run inside the namespace (`ip netns exec`)
+    std::string addr;     // server: bind address; client: connect address (default cfg.addr)
+    std::vector<std::string> args;
+    std::vector<std::pair<std::string, std::string>> env;
+};
+
+// One peer's run: exit status, output, parsed lines, log.
+struct PeerRun {
+    std::string name;
+    std::string role;  // server or client
+    bool lib = true;
+    int exit_code = -1;
+    bool timed_out = false;
+    std::string out, err, log;
+    std::vector<Fields> conns;   // "conn=" lines of stdout
+    std::vector<Fields> closes;  // event=close lines of the log
+    std::vector<std::string> log_problems;  // error lines, malformed close lines
+
+    const Fields *conn(size_t i) const
+    {
+        for (const auto &f : conns)
+            if (f.count("conn") && f.at("conn") == std::to_string(i))
+                return &f;
+        return nullptr;
+    }
+    std::string describe() const
+    {
+        std::ostringstream o;
+        o << "[" << name << (lib ? ", with librdmasock" : ", without librdmasock") << "] exit=" << exit_code
+          << (timed_out ? " (TIMED OUT)" : "") << "\n  stdout:\n" << indent(out) << "  stderr:\n"
+          << indent(err.substr(0, 6000));
+        if (lib)
+            o << "  log:\n" << indent(log.size() > 8000 ? log.substr(0, 4000) + "\n...\n" + log.substr(log.size() - 4000) : log);
+        return o.str();
+    }
+    static std::string indent(const std::string &s)
+    {
+        std::string r;
+        for (const auto &l : split_lines(s))
+            r += "    " + l + "\n";
+        return r;
+    }
+};
+
+// Parse a log written at level info or debug: every line "rdmasock[PID]: LEVEL: ...";
+// close lines must have exactly the documented keys in the documented order.
+void parse_log(PeerRun &p)
+{
+    static const std::vector<std::string> kTcpKeys = {"event", "fd", "role", "local", "peer", "transport",
+                                                      "reason", "bytes_sent", "bytes_received"};
+    for (const std::string &line : split_lines(p.log)) {
+        if (line.empty())
+            continue;
+        size_t c1 = line.find("]: ");
+        if (line.rfind("rdmasock[", 0) != 0 || c1 == std::string::npos) {
+            p.log_problems.push_back("malformed log line: " + line);
+            continue;
+        }
+        size_t c2 = line.find(": ", c1 + 3);
+        std::string level = c2 == std::string::npos ? "" : line.substr(c1 + 3, c2 - c1 - 3);
+        std::string msg = c2 == std::string::npos ? "" : line.substr(c2 + 2);
+        if (level == "error")
+            p.log_problems.push_back("error logged: " + line);
+        if (msg.rfind("event=close ", 0) != 0)
+            continue;
+        // Keys in order.
+        std::vector<std::string> keys;
+        std::istringstream is(msg);
+        std::string tok;
+        while (is >> tok)
+            keys.push_back(tok.substr(0, tok.find('=')));
+        Fields f = parse_kv(msg);
+        std::vector<std::string> want = kTcpKeys;
+        if (f["transport"] == "rdma")
+            want.erase(std::find(want.begin(), want.end(), "reason"));
+        if (keys != want)
+            p.log_problems.push_back("close line without the documented keys: " + line);
+        p.closes.push_back(f);
+    }
+}
+
+std::string peer_log_file(const TempDir &dir, const std::string &name) { return dir / (name + ".log"); }
+
+Env side_env(const Side &s, const TempDir &dir, const std::string &name)
+{
+    Env env = base_env();
+    if (s.lib) {
+        set_var(env, "LD_PRELOAD", cfg.lib);
+        set_var(env, "RDMASOCK_LOG_LEVEL", cfg.log_level);
+        set_var(env, "RDMASOCK_LOG_FILE", peer_log_file(dir, name));
+        // Connection setup under TCG takes tens of ms: a generous probe timeout.
+        set_var(env, "RDMASOCK_PROBE_TIMEOUT_MS", "3000");
+    }
+    for (const auto &kv : s.env)
+        set_var(env, kv.first, kv.second);
+    return env;
+}
+
+std::vector<std::string> side_argv(const Side &s, const std::string &mode, const std::string &addr,
+                                   const std::string &port)
+{
+    std::vector<std::string> a;
+    if (s.nordma) {
+        a = {"ip", "netns", "exec", cfg.nordma_ns};
+    }
+    a.push_back(cfg.peer);
+    a.push_back(mode);
+    a.push_back("--addr");
+    a.push_back(addr);
+    a.push_back("--port");
+    a.push_back(port);
+    a.insert(a.end(), s.args.begin(), s.args.end());
+    return a;
+}
+
+PeerRun collect(const std::string &name, const Side &s, Proc &p, const TempDir &dir, bool timed_out)
+{
+    PeerRun r;
+    r.name = name;
+    r.role = name.rfind("server", 0) == 0 ? "server" : "client";
+    r.lib = s.lib;
+    r.exit_code = p.exit_code();
+    r.timed_out = timed_out;
+    r.out = p.out();
+    r.err = read_file(dir / (name + ".err"));
+    if (cfg.keep)
+        write_file(dir / (name + ".out"), r.out);
+    for (const std::string &l : split_lines(r.out))
+        if (l.rfind("conn=", 0) == 0)
+            r.conns.push_back(parse_kv(l));
+    if (s.lib) {
+        r.log = read_file(peer_log_file(dir, name));
+        parse_log(r);
+    }
+    return r;
+}
+
+struct Pair {
+    PeerRun server, client;
+    double wall_ms = 0;
+    double kill_ms = 0;         // when the hook killed a peer (now_ms clock)
+    double server_exit_ms = 0;  // when the server exited
+    double client_exit_ms = 0;
+    std::string describe() const { return server.describe() + client.describe(); }
+};
+
+// Start the server, read its port, start the client, wait for both (bounded).  `during`
+// (optional) runs once both are started.
+Pair run_pair(const std::string &name, const Side &server, const Side &client, int timeout_ms = 90000,
+              const std::function<void(Proc &, Proc &, Pair &)> &during = {})
+{
+    TempDir dir;
+    dir.keep = cfg.keep;
+    Pair pr;
+    double t0 = now_ms();
+    std::string saddr = server.addr.empty() ? cfg.addr : server.addr;
+    std::string caddr = client.addr.empty() ? saddr : client.addr;
+    Proc sp(side_argv(server, "server", saddr, "0"), side_env(server, dir, "server"), dir / "server.err");
+    std::string first = sp.read_line(30000);
+    bool s_to = false, c_to = false;
+    if (first.rfind("port=", 0) != 0) {
+        sp.wait(2000);
+        sp.kill_all();
+        pr.server = collect("server", server, sp, dir, false);
+        pr.server.err += "\n(offload_tests: the server printed no port line: '" + first + "')";
+        BOOST_ERROR(name << ": the server did not start\n" << pr.server.describe());
+        return pr;
+    }
+    std::string port = first.substr(5);
+    Proc cp(side_argv(client, "client", caddr, port), side_env(client, dir, "client"), dir / "client.err");
+    if (during)
+        during(sp, cp, pr);
+    double deadline = t0 + timeout_ms;
+    if (!cp.wait(static_cast<int>(std::max(1.0, deadline - now_ms())))) {
+        c_to = true;
+        cp.kill_all();
+    }
+    if (!sp.wait(static_cast<int>(std::max(5000.0, deadline - now_ms())))) {
+        s_to = true;
+        sp.kill_all();
+    }
+    pr.wall_ms = now_ms() - t0;
+    pr.server_exit_ms = sp.exit_time_ms();
+    pr.client_exit_ms = cp.exit_time_ms();
+    pr.server = collect("server", server, sp, dir, s_to);
+    pr.client = collect("client", client, cp, dir, c_to);
+    BOOST_TEST_MESSAGE(name << ": " << static_cast<long>(pr.wall_ms) << " ms");
+    return pr;
+}
+
+// ---- assertions -------------------------------------------------------------------------
+
+uint64_t num(const Fields &f, const std::string &k)
+{
+    auto it = f.find(k);
+    if (it == f.end())
+        return ~0ull;
+    return std::strtoull(it->second.c_str(), nullptr, 10);
+}
+
+std::string field(const Fields &f, const std::string &k)
+{
+    auto it = f.find(k);
+    return it == f.end() ? "<missing>" : it->second;
+}
+
+// The peer exited 0 (all data verified, no call failed).
+void expect_clean_exit(const PeerRun &p, const std::string &what)
+{
+    BOOST_CHECK_MESSAGE(p.exit_code == 0 && !p.timed_out,
+                        what << ": " << p.name << " exited " << p.exit_code
+                             << (p.timed_out ? " (timed out)" : "")
+                             << " (1: data mismatch, 2: a call failed, 3: a scenario check failed)\n"
+                             << p.describe());
+    BOOST_CHECK_MESSAGE(p.log_problems.empty(), what << ": " << p.name << " log problems:\n"
+                                                     << PeerRun::indent([&] {
+                                                            std::string s;
+                                                            for (auto &x : p.log_problems)
+                                                                s += x + "\n";
+                                                            return s;
+                                                        }()));
+}
+
+// Connection i of peer p: on `transport` ("rdma"/"tcp"; reasons: allowed reason codes
+// for tcp, empty = any), the program moved exactly sent/received bytes (-1: don't
+// check), and the library's counters (RDMASOCK_INFO and the close-time log line) say the
+// same.  Without the library only the program's counts are checked.
+void expect_conn(const PeerRun &p, size_t i, const std::string &transport, const std::set<std::string> &reasons,
+                 int64_t sent, int64_t received, const std::string &what)
+{
+    const Fields *f = p.conn(i);
+    std::string ctx = what + ": " + p.name + " connection " + std::to_string(i);
+    if (f == nullptr) {
+        BOOST_ERROR(ctx << ": no result line\n" << p.describe());
+        return;
+    }
+    if (sent >= 0)
+        BOOST_CHECK_MESSAGE(num(*f, "sent") == static_cast<uint64_t>(sent),
+                            ctx << ": the program sent " << field(*f, "sent") << " bytes, want " << sent);
+    if (received >= 0)
+        BOOST_CHECK_MESSAGE(num(*f, "received") == static_cast<uint64_t>(received),
+                            ctx << ": the program received " << field(*f, "received") << " bytes, want " << received);
+    if (!p.lib) {
+        BOOST_CHECK_MESSAGE(field(*f, "transport") == "none",
+                            ctx << ": RDMASOCK_INFO answered without the library: " << field(*f, "transport"));
+        return;
+    }
+    const std::string t = field(*f, "transport"), r = field(*f, "reason");
+    bool reason_ok = transport == "rdma" ? r == "none" : (reasons.empty() || reasons.count(r) > 0);
+    std::string want_reasons;
+    for (auto &x : reasons)
+        want_reasons += (want_reasons.empty() ? "" : "|") + x;
+    BOOST_CHECK_MESSAGE(t == transport && reason_ok,
+                        ctx << ": RDMASOCK_INFO says transport=" << t << " reason=" << r << " phase="
+                            << field(*f, "phase") << ", want transport=" << transport
+                            << (transport == "tcp" && !reasons.empty() ? " reason=" + want_reasons : ""));
+    // A server connection the library never decided (the program never read it) is
+    // honestly "maybe" with reason pending.
+    bool phase_ok = field(*f, "phase") == transport ||
+                    (transport == "tcp" && r == "pending" && (field(*f, "phase") == "maybe" || field(*f, "phase") == "verifying"));
+    BOOST_CHECK_MESSAGE(phase_ok, ctx << ": RDMASOCK_INFO phase=" << field(*f, "phase") << " reason=" << r << ", want "
+                                      << transport);
+    BOOST_CHECK_MESSAGE(num(*f, "info_sent") == num(*f, "sent"),
+                        ctx << ": RDMASOCK_INFO bytes_sent=" << field(*f, "info_sent") << " but the program sent "
+                            << field(*f, "sent") << " (transport=" << t << ")");
+    BOOST_CHECK_MESSAGE(num(*f, "info_received") == num(*f, "received"),
+                        ctx << ": RDMASOCK_INFO bytes_received=" << field(*f, "info_received")
+                            << " but the program received " << field(*f, "received") << " (transport=" << t << ")");
+    // An orderly close() with a live peer returns once the FIN is acknowledged: well
+    // before RDMASOCK_LINGER_MS (2 s), the bound for a peer that does not acknowledge.
+    if (transport == "rdma" && f->count("close_us"))
+        BOOST_CHECK_MESSAGE(num(*f, "close_us") < 1500000,
+                            ctx << ": close() took " << num(*f, "close_us") / 1000
+                                << " ms (RDMASOCK_LINGER_MS is 2000: it waited for a completion that never came?)");
+    // The close-time log line of this connection (connections are sequential: the i-th).
+    if (i >= p.closes.size()) {
+        BOOST_ERROR(ctx << ": no event=close log line (" << p.closes.size() << " in the log)\n" << p.log);
+        return;
+    }
+    const Fields &c = p.closes[i];
+    const std::string lt = field(c, "transport");
+    bool log_reason_ok = transport == "rdma" ? c.count("reason") == 0
+                                             : (reasons.empty() || reasons.count(field(c, "reason")) > 0);
+    BOOST_CHECK_MESSAGE(lt == transport && log_reason_ok,
+                        ctx << ": the close log line says transport=" << lt << " reason=" << field(c, "reason")
+                            << ", want transport=" << transport);
+    BOOST_CHECK_MESSAGE(field(c, "role") == p.role, ctx << ": close log line role=" << field(c, "role"));
+    BOOST_CHECK_MESSAGE(num(c, "bytes_sent") == num(*f, "sent") && num(c, "bytes_received") == num(*f, "received"),
+                        ctx << ": the close log line says bytes_sent=" << field(c, "bytes_sent") << " bytes_received="
+                            << field(c, "bytes_received") << ", the program moved sent=" << field(*f, "sent")
+                            << " received=" << field(*f, "received") << " (transport=" << lt << ")");
+}
+
+void expect_rdma(const PeerRun &p, size_t i, int64_t sent, int64_t received, const std::string &what)
+{
+    expect_conn(p, i, "rdma", {}, sent, received, what);
+}
+
+std::string human(uint64_t n)
+{
+    if (n >= (1u << 20) && n % (1u << 20) == 0)
+        return std::to_string(n >> 20) + "M";
+    if (n >= 1024 && n % 1024 == 0)
+        return std::to_string(n >> 10) + "K";
+    if (n > 65536 && (n - 1) % 1024 == 0)
+        return std::to_string((n - 1) >> 10) + "K+1";
+    return std::to_string(n);
+}
+
+// ---- 1. streams ---------------------------------------------------------------------------
+
+struct Stream {
+    uint64_t c2s, s2c;
+    std::string api;
+    bool bidir;
+};
+
+std::string plan_arg(const std::vector<Stream> &plan)
+{
+    std::string s;
+    for (const auto &e : plan)
+        s += (s.empty() ? "" : ",") + std::to_string(e.c2s) + ":" + std::to_string(e.s2c) + ":" + e.api + ":" +
+             (e.bidir ? "bidir" : "seq");
+    return s;
+}
+
+std::string describe_stream(const Stream &e)
+{
+    std::string d = e.api + (e.bidir ? " both directions at once" : " one direction at a time") + ", c2s " +
+                    human(e.c2s) + " s2c " + human(e.s2c);
+    return d;
+}
+
+// wait_decided: the server starts writing only once its socket is on RDMA (else its
+// first bytes go out on TCP before the switch and arrive as the PREFIX: that path is
+// what write_both_directions and the banner cases test).
+void run_streams(const std::string &name, const std::vector<Stream> &plan, Side s = {}, Side c = {},
+                 bool wait_decided = true)
+{
+    // --stall-ms: a blocking call without progress for 10 s fails (a lost wake-up)
+    // rather than hanging the run.
+    s.args.insert(s.args.end(), {"--plan", plan_arg(plan), "--stall-ms", "10000"});
+    if (wait_decided)
+        s.args.push_back("--wait-decided");
+    c.args.insert(c.args.end(), {"--plan", plan_arg(plan), "--stall-ms", "10000"});
+    Pair pr = run_pair(name, s, c, 150000);
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    for (size_t i = 0; i < plan.size(); ++i) {
+        const Stream &e = plan[i];
+        std::string what = name + " [" + describe_stream(e) + "]";
+        expect_rdma(pr.client, i, static_cast<int64_t>(e.c2s), static_cast<int64_t>(e.s2c), what);
+        expect_rdma(pr.server, i, static_cast<int64_t>(e.s2c), static_cast<int64_t>(e.c2s), what);
+        const Fields *f = pr.server.conn(i);
+        if (f != nullptr && !e.bidir)
+            BOOST_CHECK_MESSAGE(field(*f, "eof") == "1" && field(*f, "eof_before_send") == "1",
+                                what << ": the server did not see the client's EOF before sending");
+        if (f != nullptr && e.c2s >= (16u << 20)) {
+            std::string ms = f->count("recv_ms") ? field(*f, "recv_ms") : field(*f, "data_ms");
+            note(name + " " + describe_stream(e) + ": " + ms + " ms for the data");
+        }
+    }
+    if (pr.client.conn(0) != nullptr)
+        note(name + ": connect to an rdmasock server (first connection of the process): " +
+             field(*pr.client.conn(0), "connect_us") + " us; later: " +
+             (pr.client.conn(1) ? field(*pr.client.conn(1), "connect_us") : "-") + " us");
+}
+
+const std::vector<uint64_t> kSizes = {1, 1000, (64u << 10) + 1, 1u << 20, 16u << 20, 64u << 20};
+const std::vector<uint64_t> kApiSizes = {1, 1000, (64u << 10) + 1, 1u << 20, 16u << 20};
+
+void streams_write_seq()
+{
+    std::vector<Stream> plan;
+    for (uint64_t n : kSizes)
+        plan.push_back({n, n, "write", false});
+    run_streams("streams/write_seq", plan);
+}
+
+void streams_write_bidir()
+{
+    std::vector<Stream> plan;
+    for (uint64_t n : kSizes)
+        plan.push_back({n, n, "write", true});
+    // The server writes at once after accept(): up to a socket buffer of it goes out on
+    // TCP before the switch (the client is still in connect()), then the ring.
+    run_streams("streams/write_bidir", plan, {}, {}, false);
+}
+
+void streams_api(const std::string &api)
+{
+    std::vector<Stream> plan;
+    for (uint64_t n : kApiSizes)
+        plan.push_back({n, n, api, false});
+    for (uint64_t n : {uint64_t{1000}, uint64_t{(64u << 10) + 1}, uint64_t{16u << 20}})
+        plan.push_back({n, n, api, true});
+    run_streams("streams/" + api, plan);
+}
+
+// Asymmetric, small rings: the client's receive ring 4 KiB, the server's 64 KiB; every
+// write wraps and waits for credit.  The bidir connections have a reader and a writer
+// thread blocked on the same connection at once, credits flowing all the time: a
+// completion one thread handles must wake the other.
+void streams_small_rings()
+{
+    std::vector<Stream> plan;
+    for (uint64_t n : {uint64_t{1}, uint64_t{4097}, uint64_t{(64u << 10) + 1}, uint64_t{4u << 20}})
+        plan.push_back({n, n, "write", false});
+    for (uint64_t n : {uint64_t{65537}, uint64_t{4u << 20}})
+        plan.push_back({n, n, "writev", true});
+    for (int i = 0; i < 6; ++i)
+        plan.push_back({2u << 20, 2u << 20, "write", true});
+    Side s, c;
+    s.env = {{"RDMASOCK_RING_KB", "64"}};
+    c.env = {{"RDMASOCK_RING_KB", "4"}};
+    run_streams("streams/small_rings", plan, s, c);
+}
+
+// The server calls accept() 500 ms after the client's connect(): the client's RDMA
+// request arrives before accept() and waits for it (a parked request).
+void streams_late_accept()
+{
+    std::vector<Stream> plan = {{1u << 20, 1u << 20, "write", false}, {1000, 1000, "write", true}};
+    Side s, c;
+    s.args = {"--accept-delay-ms", "500"};
+    run_streams("streams/late_accept", plan, s, c);
+}
+
+// Event-driven peers: nonblocking sockets, every EAGAIN waits with poll, select or a
+// level-triggered epoll registration (one per thread and direction); a wait that sees
+// nothing for 10 s while bytes are due is a lost wake-up.  The server writes a banner
+// and (in the bidir connections) its data at once after accept(), so readiness is
+// also checked across the switch from TCP to RDMA.
+void streams_readiness(const std::string &mux)
+{
+    std::vector<Stream> plan = {{1u << 20, 1u << 20, "write", false},
+                                {16u << 20, 16u << 20, "write", true},
+                                {65537, 65537, "send", true},
+                                {1000, 100000, "sendfile", false}};
+    Side s, c;
+    s.args = {"--wait-mode", mux, "--banner", "1000"};
+    c.args = {"--wait-mode", mux, "--banner", "1000"};
+    std::string name = "streams/readiness_" + mux;
+    s.args.insert(s.args.end(), {"--plan", plan_arg(plan)});
+    c.args.insert(c.args.end(), {"--plan", plan_arg(plan)});
+    Pair pr = run_pair(name, s, c, 120000);
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    for (size_t i = 0; i < plan.size(); ++i) {
+        const Stream &e = plan[i];
+        std::string what = name + " [" + describe_stream(e) + ", banner 1000]";
+        expect_rdma(pr.client, i, static_cast<int64_t>(e.c2s), static_cast<int64_t>(e.s2c + 1000), what);
+        expect_rdma(pr.server, i, static_cast<int64_t>(e.s2c + 1000), static_cast<int64_t>(e.c2s), what);
+    }
+}
+
+// Many short connections, one after the other: set-up and teardown of queue pairs and
+// rings, descriptor numbers reused while the previous connection's rings linger.
+void streams_churn()
+{
+    std::vector<Stream> plan;
+    for (int i = 0; i < 30; ++i)
+        plan.push_back({1000, static_cast<uint64_t>(i % 2 ? 1 : 70000), "write", i % 3 == 0});
+    double t0 = now_ms();
+    run_streams("streams/churn_30", plan);
+    note("streams/churn_30: 30 connections in " + std::to_string(static_cast<long>(now_ms() - t0)) + " ms");
+}
+
+// ---- 2. fallback matrix -------------------------------------------------------------------
+
+const std::string kPlan1M = "1048576:1048576:write:seq";
+
+// A connection that must stay on TCP with a reason, data verified.
+void fallback_pair(const std::string &name, Side s, Side c, const std::set<std::string> &s_reasons,
+                   const std::set<std::string> &c_reasons, int conns = 1)
+{
+    std::string plan = kPlan1M;
+    for (int i = 1; i < conns; ++i)
+        plan += ",1000:1000:write:seq";
+    s.args.insert(s.args.begin(), {"--plan", plan});
+    c.args.insert(c.args.begin(), {"--plan", plan});
+    Pair pr = run_pair(name, s, c);
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    for (int i = 0; i < conns; ++i) {
+        int64_t n = i == 0 ? (1 << 20) : 1000;
+        expect_conn(pr.client, static_cast<size_t>(i), "tcp", c_reasons, n, n, name);
+        expect_conn(pr.server, static_cast<size_t>(i), "tcp", s_reasons, n, n, name);
+    }
+    for (int i = 0; i < conns; ++i)
+        if (const Fields *f = pr.client.conn(static_cast<size_t>(i)); f != nullptr && c.lib)
+            note(name + ": connect() " + std::to_string(i + 1) + " took " + field(*f, "connect_us") + " us (reason " +
+                 field(*f, "reason") + ")");
+}
+
+void fallback_server_without_lib()
+{
+    Side s, c;
+    s.lib = false;
+    fallback_pair("fallback/server_without_lib", s, c, {}, {"peer_no_rdmasock"}, 2);
+}
+
+void fallback_client_without_lib()
+{
+    Side s, c;
+    c.lib = false;
+    fallback_pair("fallback/client_without_lib", s, c, {"peer_no_rdmasock"}, {});
+}
+
+void fallback_client_disabled()
+{
+    Side s, c;
+    c.env = {{"RDMASOCK_ENABLE", "0"}};
+    fallback_pair("fallback/client_disabled", s, c, {"peer_no_rdmasock"}, {"disabled"});
+}
+
+void fallback_server_disabled()
+{
+    Side s, c;
+    s.env = {{"RDMASOCK_ENABLE", "0"}};
+    fallback_pair("fallback/server_disabled", s, c, {"disabled"}, {"peer_no_rdmasock"});
+}
+
+void fallback_loopback()
+{
+    Side s, c;
+    s.addr = "127.0.0.1";
+    // 127.0.0.1 is not on an RDMA device: the client must not offload it, and say so.
+    // The server's view: its peer runs rdmasock but sent no CONFIRM.
+    fallback_pair("fallback/loopback", s, c, {"not_rdma_addr", "no_listener", "peer_no_rdmasock"}, {"not_rdma_addr"}, 2);
+}
+
+bool have_nordma()
+{
+    if (cfg.nordma_ns.empty()) {
+        BOOST_ERROR("no nordma namespace: run in tests/vm/run --nordma-ns (RDMASOCK_VM_NORDMA_NS unset)");
+        return false;
+    }
+    return true;
+}
+
+// A peer in the nordma namespace (no RDMA answers there): the first connect waits for
+// the probe timeout, the next ones are answered from the negative cache.
+void fallback_nordma_timeout()
+{
+    if (!have_nordma())
+        return;
+    const int probe = 200;
+    Side s, c;
+    s.lib = false;
+    s.nordma = true;
+    s.addr = cfg.nordma_addr;
+    // Debug level: the negotiation line tells where the time went.
+    c.env = {{"RDMASOCK_PROBE_TIMEOUT_MS", std::to_string(probe)}, {"RDMASOCK_LOG_LEVEL", "debug"}};
+    const std::string name = "fallback/nordma_timeout";
+    std::string plan = "65536:65536:write:seq,1000:1000:write:seq,1000:1000:write:seq";
+    s.args = {"--plan", plan};
+    c.args = {"--plan", plan};
+    Pair pr = run_pair(name, s, c);
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    for (size_t i = 0; i < 3; ++i) {
+        int64_t n = i == 0 ? 65536 : 1000;
+        expect_conn(pr.client, i, "tcp", {"timeout"}, n, n, name);
+        expect_conn(pr.server, i, "tcp", {}, n, n, name);
+    }
+    const Fields *f0 = pr.client.conn(0), *f1 = pr.client.conn(1), *f2 = pr.client.conn(2);
+    if (f0 == nullptr || f1 == nullptr || f2 == nullptr)
+        return;
+    double c0 = static_cast<double>(num(*f0, "connect_us")) / 1000.0;
+    double c1 = static_cast<double>(num(*f1, "connect_us")) / 1000.0;
+    double c2 = static_cast<double>(num(*f2, "connect_us")) / 1000.0;
+    // "negotiation fd=N: route R us, resources S us, no answer after W us: timeout"
+    double route = -1, res = -1, wait = -1;
+    for (const auto &l : split_lines(pr.client.log)) {
+        size_t at = l.find("negotiation fd=");
+        if (at == std::string::npos)
+            continue;
+        long r1 = -1, r2 = -1, r3 = -1;
+        const char *p = l.c_str() + at;
+        const char *q = strstr(p, "route ");
+        if (q != nullptr && sscanf(q, "route %ld us, resources %ld us, no answer after %ld us", &r1, &r2, &r3) == 3) {
+            route = r1 / 1000.0;
+            res = r2 / 1000.0;
+            wait = r3 / 1000.0;
+        }
+        break;
+    }
+    note(name + ": RDMASOCK_PROBE_TIMEOUT_MS=" + std::to_string(probe) + ": first connect() " + std::to_string(c0) +
+         " ms (address+route resolution " + std::to_string(route) + " ms, QP/ring setup " + std::to_string(res) +
+         " ms, waiting for an answer " + std::to_string(wait) + " ms); cached: " + std::to_string(c1) + " ms, " +
+         std::to_string(c2) + " ms");
+    BOOST_CHECK_MESSAGE(c0 >= probe, name << ": the first connect() took " << c0 << " ms, less than the probe timeout "
+                                          << probe << " ms: did it wait at all?");
+    BOOST_CHECK_MESSAGE(wait >= 0, name << ": no 'negotiation fd=...: no answer after' debug line\n" << pr.client.log);
+    // The wait for the peer's answer is what RDMASOCK_PROBE_TIMEOUT_MS bounds.
+    BOOST_CHECK_MESSAGE(wait <= probe + 50, name << ": waited " << wait << " ms for an answer, probe timeout " << probe);
+    // connect() in all: the probe timeout + the local work (address and route resolution,
+    // QP and ring set-up and teardown, the first connection also starts the library's
+    // thread): 30..150 ms under TCG, about 1 ms on hardware.
+    const double margin = 250;
+    BOOST_CHECK_MESSAGE(c0 <= probe + margin, name << ": the first connect() took " << c0 << " ms, more than the probe timeout "
+                                                   << probe << " ms + " << margin << " ms (resolution " << route
+                                                   << " ms, set-up " << res << " ms, wait " << wait << " ms)");
+    BOOST_CHECK_MESSAGE(c1 < 50 && c2 < 50, name << ": connect() to a peer cached as timed out took " << c1 << " / "
+                                                 << c2 << " ms, want < 50 ms (the negative cache)");
+}
+
+// rdma_cm to the nordma namespace fails at once when no RDMA device is on the route:
+// rxe1 (on nd0) is deleted for this case (as tests/vm/run --nordma-no-rxe sets up) and
+// put back afterwards.
+void fallback_nordma_no_rxe()
+{
+    if (!have_nordma())
+        return;
+    const std::string name = "fallback/nordma_no_rxe";
+    bool had_rxe1 = access("/sys/class/infiniband/rxe1", F_OK) == 0;
+    if (had_rxe1) {
+        std::string out;
+        int rc = run_quiet({"rdma", "link", "delete", "rxe1"}, 20000, &out);
+        BOOST_REQUIRE_MESSAGE(rc == 0, name << ": rdma link delete rxe1 failed (" << rc << "): " << out);
+    }
+    Side s, c;
+    s.lib = false;
+    s.nordma = true;
+    s.addr = cfg.nordma_addr;
+    std::string plan = kPlan1M + ",1000:1000:write:seq";
+    s.args = {"--plan", plan};
+    c.args = {"--plan", plan};
+    Pair pr = run_pair(name, s, c);
+    if (had_rxe1) {
+        std::string out;
+        int rc = run_quiet({"rdma", "link", "add", "rxe1", "type", "rxe", "netdev", "nd0"}, 20000, &out);
+        BOOST_CHECK_MESSAGE(rc == 0, name << ": could not put rxe1 back (" << rc << "): " << out);
+    }
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    for (size_t i = 0; i < 2; ++i) {
+        int64_t n = i == 0 ? (1 << 20) : 1000;
+        expect_conn(pr.client, i, "tcp", {"not_rdma_addr", "no_route"}, n, n, name);
+        expect_conn(pr.server, i, "tcp", {}, n, n, name);
+    }
+    for (size_t i = 0; i < 2; ++i)
+        if (const Fields *f = pr.client.conn(i)) {
+            double ms = static_cast<double>(num(*f, "connect_us")) / 1000.0;
+            note(name + ": connect() " + std::to_string(i + 1) + " took " + std::to_string(ms) + " ms (reason " +
+                 field(*f, "reason") + ")");
+            BOOST_CHECK_MESSAGE(ms < 1000, name << ": connect() took " << ms
+                                                << " ms although rdma_cm fails at once (probe timeout 3000 ms)");
+        }
+}
+
+// A server that speaks first: its banner goes out on TCP before the switch, and must
+// arrive first and intact, then the rest over RDMA.
+void fallback_banner(uint64_t banner)
+{
+    const std::string name = "fallback/banner_" + human(banner) + "_rdmasock_client";
+    Side s, c;
+    s.args = {"--plan", kPlan1M, "--banner", std::to_string(banner)};
+    c.args = {"--plan", kPlan1M, "--banner", std::to_string(banner)};
+    Pair pr = run_pair(name, s, c);
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    expect_rdma(pr.client, 0, 1 << 20, static_cast<int64_t>((1 << 20) + banner), name);
+    expect_rdma(pr.server, 0, static_cast<int64_t>((1 << 20) + banner), 1 << 20, name);
+}
+
+void fallback_banner_plain_client()
+{
+    const std::string name = "fallback/banner_plain_client";
+    Side s, c;
+    c.lib = false;
+    s.args = {"--plan", kPlan1M, "--banner", "1000"};
+    c.args = {"--plan", kPlan1M, "--banner", "1000"};
+    Pair pr = run_pair(name, s, c);
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    expect_conn(pr.client, 0, "tcp", {}, 1 << 20, (1 << 20) + 1000, name);
+    expect_conn(pr.server, 0, "tcp", {"peer_no_rdmasock"}, (1 << 20) + 1000, 1 << 20, name);
+}
+
+// A server that only writes (never reads, never waits for input): the library binds RDMA
+// to a server connection only once the program reads it, so this stays on TCP (the
+// client learns it when the server closes its copy, or at the probe timeout); the data
+// must arrive intact and both ends (RDMASOCK_INFO and the close log line) must agree it
+// went over TCP.
+void fallback_push_server()
+{
+    const std::string name = "fallback/push_server";
+    Side s, c;
+    s.args = {"--plan", "0:1048576:write:seq", "--push"};
+    c.args = {"--plan", "0:1048576:write:seq"};
+    Pair pr = run_pair(name, s, c);
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    expect_conn(pr.client, 0, "tcp", {}, 0, 1 << 20, name);
+    expect_conn(pr.server, 0, "tcp", {}, 1 << 20, 0, name);
+    if (const Fields *f = pr.client.conn(0))
+        note(name + ": connect() took " + std::to_string(num(*f, "connect_us") / 1000) + " ms (probe timeout 3000 ms), reason " +
+             field(*f, "reason") + "; server reason " + (pr.server.conn(0) ? field(*pr.server.conn(0), "reason") : "?"));
+}
+
+// An echo server without the library: it must see exactly the client's bytes (it checks
+// the client's pattern from byte 0: a CONFIRM or any foreign byte fails it).
+void fallback_echo_server_without_lib()
+{
+    const std::string name = "fallback/echo_server_without_lib";
+    Side s, c;
+    s.lib = false;
+    s.args = {"--plan", "1048576:1048576:write:bidir", "--echo"};
+    c.args = {"--plan", "1048576:1048576:write:bidir", "--expect-echo"};
+    Pair pr = run_pair(name, s, c);
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    expect_conn(pr.client, 0, "tcp", {"peer_no_rdmasock"}, 1 << 20, 1 << 20, name);
+    expect_conn(pr.server, 0, "tcp", {}, 1 << 20, 1 << 20, name);
+}
+
+// One client process connects to two servers on the same address: first one without
+// the library (port A: rdma_cm has no listener there), then an rdmasock server (port B).
+// "No RDMA listener on port A" says nothing about port B: the second connection must be
+// offloaded.
+void fallback_cache_per_port()
+{
+    const std::string name = "fallback/negative_cache_is_per_port";
+    TempDir dir;
+    dir.keep = cfg.keep;
+    Side a, b, c;
+    a.lib = false;
+    a.args = {"--plan", "1000:1000:write:seq"};
+    b.args = {"--plan", "1000:1000:write:seq"};
+    Proc pa(side_argv(a, "server", cfg.addr, "0"), side_env(a, dir, "serverA"), dir / "serverA.err");
+    Proc pb(side_argv(b, "server", cfg.addr, "0"), side_env(b, dir, "serverB"), dir / "serverB.err");
+    std::string la = pa.read_line(30000), lb = pb.read_line(30000);
+    BOOST_REQUIRE_MESSAGE(la.rfind("port=", 0) == 0 && lb.rfind("port=", 0) == 0, name << ": servers did not start");
+    c.args = {"--plan", "1000:1000:write:seq,1000:1000:write:seq", "--ports", la.substr(5) + "," + lb.substr(5)};
+    Proc pc(side_argv(c, "client", cfg.addr, "0"), side_env(c, dir, "client"), dir / "client.err");
+    bool ok_c = pc.wait(60000), ok_a = pa.wait(10000), ok_b = pb.wait(10000);
+    PeerRun ra = collect("serverA", a, pa, dir, !ok_a), rb = collect("serverB", b, pb, dir, !ok_b),
+            rc = collect("client", c, pc, dir, !ok_c);
+    expect_clean_exit(ra, name);
+    expect_clean_exit(rb, name);
+    expect_clean_exit(rc, name);
+    expect_conn(rc, 0, "tcp", {"peer_no_rdmasock"}, 1000, 1000, name + " (port A, no rdmasock)");
+    expect_rdma(rc, 1, 1000, 1000, name + " (port B, rdmasock)");
+    expect_rdma(rb, 0, 1000, 1000, name + " (port B, rdmasock)");
+}
+
+// ---- 3. semantics on offloaded connections -------------------------------------------------
+
+const std::vector<std::string> kScenarios = {"halfclose", "peek",     "dontwait",    "fionread",
+                                             "poll",      "select",   "epoll_lt",    "epoll_et",
+                                             "epoll_oneshot", "epoll_rdhup", "rcvtimeo", "linger0"};
+
+// One pair runs every scenario, one connection each; memoized per tester role.
+struct ScenarioRun {
+    bool done = false;
+    Pair pr;
+    std::vector<std::string> list;
+};
+
+ScenarioRun &scenario_run(bool tester_is_client)
+{
+    static ScenarioRun runs[2];
+    ScenarioRun &r = runs[tester_is_client ? 1 : 0];
+    if (r.done)
+        return r;
+    r.done = true;
+    r.list = kScenarios;
+    if (tester_is_client)
+        r.list.insert(r.list.begin() + 4, "nbconnect");
+    std::string sc;
+    for (auto &x : r.list)
+        sc += (sc.empty() ? "" : ",") + x;
+    Side s, c;
+    Side &tester = tester_is_client ? c : s;
+    Side &helper = tester_is_client ? s : c;
+    tester.args = {"--scenario", sc};
+    helper.args = {"--helper", "--conns", std::to_string(r.list.size())};
+    r.pr = run_pair(std::string("semantics (tester=") + (tester_is_client ? "client" : "server") + ")", s, c, 180000);
+    return r;
+}
+
+void semantics_case(const std::string &scenario, bool tester_is_client)
+{
+    ScenarioRun &r = scenario_run(tester_is_client);
+    auto it = std::find(r.list.begin(), r.list.end(), scenario);
+    BOOST_REQUIRE(it != r.list.end());
+    size_t i = static_cast<size_t>(it - r.list.begin());
+    const PeerRun &tester = tester_is_client ? r.pr.client : r.pr.server;
+    const PeerRun &helper = tester_is_client ? r.pr.server : r.pr.client;
+    std::string name = "semantics/" + scenario + (tester_is_client ? " (tester=client)" : " (tester=server)");
+    // The scenario's own checks: "error: scenario NAME: ..." lines on the tester's stderr.
+    std::string errs;
+    for (const auto &l : split_lines(tester.err))
+        if (l.find("scenario " + scenario + ":") != std::string::npos)
+            errs += l + "\n";
+    const Fields *tf = tester.conn(i);
+    BOOST_CHECK_MESSAGE(tf != nullptr && errs.empty(), name << ": failed:\n"
+                                                            << (errs.empty() ? "(no result line)\n" : errs)
+                                                            << (tf == nullptr ? tester.describe() : ""));
+    if (tf == nullptr)
+        return;
+    std::string vals;
+    for (const auto &kv : *tf)
+        if (kv.first.find("_ms") != std::string::npos || kv.first.find("_us") != std::string::npos ||
+            kv.first.find("eagain") != std::string::npos || kv.first.find("outq") != std::string::npos)
+            if (kv.first != "connect_us" || scenario == "nbconnect")
+                vals += " " + kv.first + "=" + kv.second;
+    if (!vals.empty())
+        note(name + ":" + vals);
+    // Transport and counters on both ends, from RDMASOCK_INFO and the log.
+    expect_rdma(tester, i, -1, -1, name);
+    expect_rdma(helper, i, -1, -1, name);
+    // Both ends agree on what moved.
+    const Fields *hf = helper.conn(i);
+    if (hf != nullptr && scenario != "linger0")
+        BOOST_CHECK_MESSAGE(num(*tf, "sent") == num(*hf, "received") && num(*hf, "sent") == num(*tf, "received"),
+                            name << ": tester sent " << field(*tf, "sent") << " received " << field(*tf, "received")
+                                 << ", helper sent " << field(*hf, "sent") << " received " << field(*hf, "received"));
+}
+
+// Close right after writing N MB, then exit(): the peer gets all N bytes, then EOF.
+void semantics_close_exit(bool writer_is_client)
+{
+    const std::string name = std::string("semantics/close_exit_") + (writer_is_client ? "client" : "server");
+    const uint64_t n = 16u << 20;
+    std::string plan = writer_is_client ? std::to_string(n) + ":0:write:seq" : "0:" + std::to_string(n) + ":write:seq";
+    Side s, c;
+    s.args = {"--plan", plan};
+    c.args = {"--plan", plan};
+    (writer_is_client ? c : s).args.push_back("--close-exit");
+    Pair pr = run_pair(name, s, c);
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    expect_rdma(pr.client, 0, writer_is_client ? static_cast<int64_t>(n) : 0, writer_is_client ? 0 : static_cast<int64_t>(n), name);
+    expect_rdma(pr.server, 0, writer_is_client ? 0 : static_cast<int64_t>(n), writer_is_client ? static_cast<int64_t>(n) : 0, name);
+    const PeerRun &reader = writer_is_client ? pr.server : pr.client;
+    if (const Fields *f = reader.conn(0))
+        BOOST_CHECK_MESSAGE(field(*f, "eof") == "1", name << ": the reader saw no EOF after the data");
+}
+
+// The peer is killed with SIGKILL while the survivor is blocked in read: ECONNRESET
+// (EOF is wrong) within about 2 s.
+void semantics_sigkill(bool killed_is_client)
+{
+    const std::string name = std::string("semantics/sigkill_") + (killed_is_client ? "client" : "server");
+    Side s, c;
+    Side &tester = killed_is_client ? s : c;
+    Side &helper = killed_is_client ? c : s;
+    tester.args = {"--scenario", "sigkill"};
+    helper.args = {"--helper", "--conns", "1"};
+    double killed_at = 0;
+    Pair pr = run_pair(name, s, c, 60000, [&](Proc &sp, Proc &cp, Pair &) {
+        Proc &h = killed_is_client ? cp : sp;
+        Proc &t = killed_is_client ? sp : cp;
+        bool ready = false, blocked = false;
+        double deadline = now_ms() + 30000;
+        while (now_ms() < deadline && !(ready && blocked)) {
+            if (!ready) {
+                std::string l = h.read_line(100);
+                ready = l == "ready";
+            }
+            if (!blocked) {
+                std::string l = t.read_line(100);
+                blocked = l == "blocked";
+            }
+            if (h.exited() || t.exited())
+                break;
+        }
+        BOOST_CHECK_MESSAGE(ready && blocked, name << ": the helper never got ready / the tester never blocked");
+        usleep(300000);  // the tester is in read() by now
+        killed_at = now_ms();
+        h.signal(SIGKILL);
+    });
+    const PeerRun &t = killed_is_client ? pr.server : pr.client;
+    const PeerRun &h = killed_is_client ? pr.client : pr.server;
+    BOOST_CHECK_MESSAGE(h.exit_code == 128 + SIGKILL, name << ": the helper was not killed: " << h.exit_code);
+    expect_clean_exit(t, name);
+    expect_rdma(t, 0, -1, -1, name);
+    double exit_at = killed_is_client ? pr.server_exit_ms : pr.client_exit_ms;
+    if (killed_at > 0 && exit_at > 0) {
+        double dt = exit_at - killed_at;
+        note(name + ": the survivor's read() failed and it exited " + std::to_string(static_cast<long>(dt)) +
+             " ms after the SIGKILL (" + (t.conn(0) ? field(*t.conn(0), "read_result") : "?") + ")");
+        BOOST_CHECK_MESSAGE(dt < 2500, name << ": the survivor took " << dt << " ms after the SIGKILL, want < ~2 s");
+    }
+}
+
+// ---- 4. real programs ----------------------------------------------------------------------
+
+struct ProgRun {
+    std::string name;
+    std::string out, err, log;
+    int exit_code = -1;
+    bool timed_out = false;
+    std::vector<Fields> closes;
+    std::vector<std::string> log_problems;
+};
+
+Env prog_env(const std::string &log)
+{
+    Env env = base_env();
+    set_var(env, "LD_PRELOAD", cfg.lib);
+    set_var(env, "RDMASOCK_LOG_LEVEL", cfg.log_level);
+    set_var(env, "RDMASOCK_LOG_FILE", log);
+    set_var(env, "RDMASOCK_PROBE_TIMEOUT_MS", "3000");
+    return env;
+}
+
+void finish_prog(ProgRun &r, Proc &p, const TempDir &dir, const std::string &base, bool timed_out)
+{
+    r.exit_code = p.exit_code();
+    r.timed_out = timed_out;
+    r.out = read_file(dir / (base + ".out"));
+    r.err = read_file(dir / (base + ".err"));
+    r.log = read_file(dir / (base + ".log"));
+    PeerRun tmp;
+    tmp.log = r.log;
+    parse_log(tmp);
+    r.closes = tmp.closes;
+    r.log_problems = tmp.log_problems;
+}
+
+std::string describe_prog(const ProgRun &r)
+{
+    return "[" + r.name + "] exit=" + std::to_string(r.exit_code) + (r.timed_out ? " (TIMED OUT)" : "") +
+           "\n  stdout:\n" + PeerRun::indent(r.out.substr(0, 3000)) + "  stderr:\n" +
+           PeerRun::indent(r.err.substr(0, 3000)) + "  log:\n" + PeerRun::indent(r.log.substr(0, 6000));
+}
+
+// Wait until port has a TCP listener and an rdma_cm listener (the library creates the
+// latter inside the program's listen() call, just after the kernel's).
+bool wait_listener(int port, int timeout_ms)
+{
+    double deadline = now_ms() + timeout_ms;
+    while (now_ms() < deadline) {
+        if (tcp_listening(port)) {
+            std::string out;
+            if (run_quiet({"rdma", "resource", "show", "cm_id"}, 5000, &out) == 0 &&
+                out.find("src-addr " + cfg.addr + ":" + std::to_string(port)) != std::string::npos)
+                return true;
+        }
+        usleep(20000);
+    }
+    return false;
+}
+
+void program_iperf3(const std::string &variant, const std::vector<std::string> &flags, int streams)
+{
+    const std::string name = "programs/iperf3_" + variant;
+    TempDir dir;
+    dir.keep = cfg.keep;
+    int port = free_port(cfg.addr);
+    ProgRun sr, cr;
+    sr.name = "iperf3 server";
+    cr.name = "iperf3 client " + variant;
+    Proc sp({"iperf3", "-s", "-1", "-B", cfg.addr, "-p", std::to_string(port)}, prog_env(dir / "s.log"),
+            dir / "s.err", dir / "s.out");
+    bool listening = wait_listener(port, 20000);
+    BOOST_CHECK_MESSAGE(listening, name << ": the iperf3 server has no TCP and RDMA listener on port " << port);
+    std::vector<std::string> argv = {"iperf3", "-c", cfg.addr, "-p", std::to_string(port), "-n", "20M", "-J"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    double t0 = now_ms();
+    Proc cp(argv, prog_env(dir / "c.log"), dir / "c.err", dir / "c.out");
+    bool c_ok = cp.wait(120000);
+    if (!c_ok)
+        cp.kill_all();
+    bool s_ok = sp.wait(c_ok ? 20000 : 1000);
+    if (!s_ok)
+        sp.kill_all();
+    finish_prog(sr, sp, dir, "s", !s_ok);
+    finish_prog(cr, cp, dir, "c", !c_ok);
+    note(name + ": " + std::to_string(static_cast<long>(now_ms() - t0)) + " ms for the client run");
+    std::string both = describe_prog(sr) + describe_prog(cr);
+    BOOST_CHECK_MESSAGE(cr.exit_code == 0 && sr.exit_code == 0, name << ": iperf3 failed\n" << both);
+    BOOST_CHECK_MESSAGE(sr.log_problems.empty() && cr.log_problems.empty(), name << ": log problems\n" << both);
+    // The JSON report.
+    boost::property_tree::ptree j;
+    try {
+        std::istringstream is(cr.out);
+        boost::property_tree::read_json(is, j);
+    } catch (const std::exception &e) {
+        BOOST_ERROR(name << ": no JSON from the client: " << e.what() << "\n" << both);
+        return;
+    }
+    // Data streams: client port -> (sender is client, sender bytes, receiver bytes).
+    struct S {
+        bool client_sends = true;
+        uint64_t sent = 0, received = 0;
+    };
+    std::map<int, int> port_of_socket;
+    for (auto &c : j.get_child("start.connected"))
+        port_of_socket[c.second.get<int>("socket")] = c.second.get<int>("local_port");
+    std::map<int, S> ds;
+    for (auto &st : j.get_child("end.streams")) {
+        S s;
+        int sock = st.second.get<int>("sender.socket");
+        s.client_sends = st.second.get<bool>("sender.sender");
+        s.sent = st.second.get<uint64_t>("sender.bytes");
+        s.received = st.second.get<uint64_t>("receiver.bytes");
+        ds[port_of_socket[sock]] = s;
+    }
+    // The client writes iperf3's 37-byte cookie on every data connection first; the
+    // JSON counts only the test data.
+    const uint64_t kCookie = 37;
+    BOOST_CHECK_MESSAGE(static_cast<int>(ds.size()) == streams,
+                        name << ": " << ds.size() << " data streams in the JSON, want " << streams);
+    auto port_of = [](const std::string &hostport) {
+        size_t c = hostport.rfind(':');
+        return c == std::string::npos ? -1 : std::atoi(hostport.c_str() + c + 1);
+    };
+    // Every connection of both programs on RDMA; data counters as the JSON says.
+    int client_data = 0, server_data = 0;
+    uint64_t total_sent = 0;
+    for (const Fields &f : cr.closes) {
+        BOOST_CHECK_MESSAGE(field(f, "transport") == "rdma",
+                            name << ": client connection local=" << field(f, "local") << " transport="
+                                 << field(f, "transport") << " reason=" << field(f, "reason"));
+        auto it = ds.find(port_of(field(f, "local")));
+        if (it == ds.end())
+            continue;  // the control connection
+        ++client_data;
+        const S &s = it->second;
+        if (s.client_sends) {
+            total_sent += num(f, "bytes_sent") - kCookie;
+            BOOST_CHECK_MESSAGE(num(f, "bytes_sent") == s.sent + kCookie && num(f, "bytes_received") == 0,
+                                name << ": client stream " << field(f, "local") << " bytes_sent=" << field(f, "bytes_sent")
+                                     << " bytes_received=" << field(f, "bytes_received") << ", the JSON says "
+                                     << s.sent << " sent (+ the 37-byte cookie), 0 received");
+        } else {
+            BOOST_CHECK_MESSAGE(num(f, "bytes_sent") == kCookie && num(f, "bytes_received") >= s.received &&
+                                    num(f, "bytes_received") <= s.sent,
+                                name << ": client stream " << field(f, "local") << " bytes_sent=" << field(f, "bytes_sent")
+                                     << " bytes_received=" << field(f, "bytes_received") << ", the JSON says "
+                                     << s.received << " received of " << s.sent << " sent (and the cookie: 37 sent)");
+        }
+    }
+    for (const Fields &f : sr.closes) {
+        BOOST_CHECK_MESSAGE(field(f, "transport") == "rdma",
+                            name << ": server connection peer=" << field(f, "peer") << " transport="
+                                 << field(f, "transport") << " reason=" << field(f, "reason"));
+        auto it = ds.find(port_of(field(f, "peer")));
+        if (it == ds.end())
+            continue;
+        ++server_data;
+        const S &s = it->second;
+        if (!s.client_sends) {
+            total_sent += num(f, "bytes_sent");
+            BOOST_CHECK_MESSAGE(num(f, "bytes_sent") == s.sent && num(f, "bytes_received") == kCookie,
+                                name << ": server stream " << field(f, "peer") << " bytes_sent=" << field(f, "bytes_sent")
+                                     << " bytes_received=" << field(f, "bytes_received") << ", the JSON says " << s.sent
+                                     << " sent (and the cookie: 37 received)");
+        } else {
+            BOOST_CHECK_MESSAGE(num(f, "bytes_sent") == 0 && num(f, "bytes_received") >= s.received + kCookie &&
+                                    num(f, "bytes_received") <= s.sent + kCookie,
+                                name << ": server stream " << field(f, "peer") << " bytes_sent=" << field(f, "bytes_sent")
+                                     << " bytes_received=" << field(f, "bytes_received") << ", the JSON says "
+                                     << s.received << " received of " << s.sent << " sent (+ the 37-byte cookie)");
+        }
+    }
+    BOOST_CHECK_MESSAGE(client_data == streams && server_data == streams,
+                        name << ": data connections in the logs: client " << client_data << ", server " << server_data
+                             << ", want " << streams << "\n" << both);
+    BOOST_CHECK_MESSAGE(cr.closes.size() == static_cast<size_t>(streams) + 1 &&
+                            sr.closes.size() == static_cast<size_t>(streams) + 1,
+                        name << ": close lines: client " << cr.closes.size() << ", server " << sr.closes.size()
+                             << ", want " << streams + 1 << " (control + data)");
+    BOOST_CHECK_MESSAGE(total_sent >= (20u << 20), name << ": " << total_sent << " data bytes sent in all, want >= 20M");
+    for (const char *k : {"sum_sent", "sum_received", "sum_sent_bidir_reverse", "sum_received_bidir_reverse"})
+        if (auto v = j.get_optional<double>(std::string("end.") + k + ".bits_per_second"))
+            note(name + ": " + k + " " + std::to_string(static_cast<long>(*v / 1e6)) + " Mbit/s (" +
+                 std::to_string(j.get<uint64_t>(std::string("end.") + k + ".bytes")) + " bytes)");
+}
+
+// sockperf: one server per I/O multiplexer, a ping-pong and a throughput client on it.
+struct SockperfRun {
+    bool done = false;
+    ProgRun server, pp, tp;
+};
+
+SockperfRun &sockperf_run(const std::string &mux)
+{
+    static std::map<std::string, SockperfRun> runs;
+    SockperfRun &r = runs[mux];
+    if (r.done)
+        return r;
+    r.done = true;
+    TempDir dir;
+    dir.keep = cfg.keep;
+    int port = free_port(cfg.addr);
+    std::vector<std::string> target;
+    if (mux == "default") {
+        target = {"--tcp", "-i", cfg.addr, "-p", std::to_string(port)};
+    } else {
+        write_file(dir / "feed", "T:" + cfg.addr + ":" + std::to_string(port) + "\n");
+        target = {"-f", dir / "feed", "-F", mux};
+    }
+    std::vector<std::string> sargv = {"sockperf", "sr"};
+    sargv.insert(sargv.end(), target.begin(), target.end());
+    r.server.name = "sockperf sr " + mux;
+    Proc sp(sargv, prog_env(dir / "s.log"), dir / "s.err", dir / "s.out");
+    bool listening = wait_listener(port, 20000);
+    BOOST_CHECK_MESSAGE(listening, "sockperf " << mux << ": no TCP and RDMA listener on port " << port);
+    for (const std::string kind : {"pp", "tp"}) {
+        std::vector<std::string> argv = {"sockperf", kind};
+        argv.insert(argv.end(), target.begin(), target.end());
+        argv.insert(argv.end(), {"-t", "2"});
+        ProgRun &pr = kind == "pp" ? r.pp : r.tp;
+        pr.name = "sockperf " + kind + " " + mux;
+        Proc cp(argv, prog_env(dir / (kind + ".log")), dir / (kind + ".err"), dir / (kind + ".out"));
+        bool ok = cp.wait(60000);
+        if (!ok)
+            cp.kill_all();
+        finish_prog(pr, cp, dir, kind, !ok);
+    }
+    sp.signal(SIGINT);
+    bool ok = sp.wait(10000);
+    if (!ok)
+        sp.kill_all();
+    finish_prog(r.server, sp, dir, "s", !ok);
+    return r;
+}
+
+void program_sockperf(const std::string &kind, const std::string &mux)
+{
+    const std::string name = "programs/sockperf_" + kind + "_" + mux;
+    SockperfRun &r = sockperf_run(mux);
+    const ProgRun &c = kind == "pp" ? r.pp : r.tp;
+    std::string both = describe_prog(r.server) + describe_prog(c);
+    BOOST_CHECK_MESSAGE(c.exit_code == 0, name << ": the client failed\n" << both);
+    std::string want = kind == "pp" ? "Summary: Latency is " : "Summary: Message Rate is ";
+    size_t at = c.out.find(want);
+    if (at == std::string::npos)
+        at = c.err.find(want);
+    BOOST_CHECK_MESSAGE(at != std::string::npos, name << ": no '" << want << "' result\n" << both);
+    if (at != std::string::npos) {
+        const std::string &src = c.out.find(want) != std::string::npos ? c.out : c.err;
+        note(name + ": " + src.substr(at + 9, src.find('\n', at) - at - 9));
+    }
+    BOOST_CHECK_MESSAGE(c.out.find("ERROR") == std::string::npos && c.err.find("ERROR") == std::string::npos,
+                        name << ": sockperf reported an error\n" << both);
+    BOOST_CHECK_MESSAGE(!c.closes.empty(), name << ": no close line in the client's log\n" << both);
+    for (const Fields &f : c.closes)
+        BOOST_CHECK_MESSAGE(field(f, "transport") == "rdma" && num(f, "bytes_sent") > 0 &&
+                                (kind == "tp" || num(f, "bytes_received") > 0),
+                            name << ": client connection transport=" << field(f, "transport") << " reason="
+                                 << field(f, "reason") << " bytes_sent=" << field(f, "bytes_sent")
+                                 << " bytes_received=" << field(f, "bytes_received"));
+    // The server's side of the same connection (it logs when it closes it).
+    for (const Fields &cf : c.closes) {
+        bool found = false;
+        for (const Fields &sf : r.server.closes)
+            if (field(sf, "peer") == field(cf, "local")) {
+                found = true;
+                BOOST_CHECK_MESSAGE(field(sf, "transport") == "rdma",
+                                    name << ": server side transport=" << field(sf, "transport") << " reason="
+                                         << field(sf, "reason"));
+                // The server reads until EOF: it gets all the client sent.  The client
+                // may close with the last reply unread (ping-pong ends on a timer).
+                BOOST_CHECK_MESSAGE(num(sf, "bytes_received") == num(cf, "bytes_sent") &&
+                                        num(sf, "bytes_sent") >= num(cf, "bytes_received") &&
+                                        num(sf, "bytes_sent") - num(cf, "bytes_received") <= 65536,
+                                    name << ": server side bytes_sent=" << field(sf, "bytes_sent") << " bytes_received="
+                                         << field(sf, "bytes_received") << " vs client bytes_sent=" << field(cf, "bytes_sent")
+                                         << " bytes_received=" << field(cf, "bytes_received"));
+            }
+        BOOST_CHECK_MESSAGE(found, name << ": the server logged no close line for " << field(cf, "local") << "\n"
+                                        << describe_prog(r.server));
+    }
+}
+
+// ---- registration ------------------------------------------------------------------------
+
+void add(utf::test_suite *ts, const std::string &name, std::function<void()> fn)
+{
+    ts->add(utf::make_test_case(boost::function<void()>(fn), name, __FILE__, __LINE__));
+}
+
+bool init_tests()
+{
+    utf::framework::register_observer(g_summary);
+    auto &master = utf::framework::master_test_suite();
+    master.p_name.value = "offload";
+
+    auto *streams = BOOST_TEST_SUITE("streams");
+    add(streams, "write_one_direction", streams_write_seq);
+    add(streams, "write_both_directions", streams_write_bidir);
+    add(streams, "small_rings", streams_small_rings);
+    add(streams, "late_accept", streams_late_accept);
+    for (std::string mux : {"poll", "epoll", "select"})
+        add(streams, "readiness_" + mux, [mux] { streams_readiness(mux); });
+    add(streams, "churn_30", streams_churn);
+    for (std::string api : {"writev", "send", "sendmsg", "sendfile"})
+        add(streams, api, [api] { streams_api(api); });
+    master.add(streams);
+
+    auto *fb = BOOST_TEST_SUITE("fallback");
+    add(fb, "server_without_lib", fallback_server_without_lib);
+    add(fb, "client_without_lib", fallback_client_without_lib);
+    add(fb, "client_disabled", fallback_client_disabled);
+    add(fb, "server_disabled", fallback_server_disabled);
+    add(fb, "loopback", fallback_loopback);
+    add(fb, "nordma_timeout", fallback_nordma_timeout);
+    add(fb, "nordma_no_rxe", fallback_nordma_no_rxe);
+    add(fb, "banner_rdmasock_client", [] { fallback_banner(1000); });
+    add(fb, "banner_256K_rdmasock_client", [] { fallback_banner(256u << 10); });
+    add(fb, "banner_plain_client", fallback_banner_plain_client);
+    add(fb, "echo_server_without_lib", fallback_echo_server_without_lib);
+    add(fb, "push_server", fallback_push_server);
+    add(fb, "negative_cache_is_per_port", fallback_cache_per_port);
+    master.add(fb);
+
+    auto *sem = BOOST_TEST_SUITE("semantics");
+    for (bool client : {true, false}) {
+        std::vector<std::string> list = kScenarios;
+        if (client)
+            list.insert(list.begin() + 4, "nbconnect");
+        for (const auto &s : list)
+            add(sem, s + (client ? "_tester_client" : "_tester_server"), [s, client] { semantics_case(s, client); });
+    }
+    add(sem, "close_exit_client", [] { semantics_close_exit(true); });
+    add(sem, "close_exit_server", [] { semantics_close_exit(false); });
+    add(sem, "sigkill_client", [] { semantics_sigkill(true); });
+    add(sem, "sigkill_server", [] { semantics_sigkill(false); });
+    master.add(sem);
+
+    auto *prog = BOOST_TEST_SUITE("programs");
+    add(prog, "iperf3", [] { program_iperf3("plain", {}, 1); });
+    add(prog, "iperf3_reverse", [] { program_iperf3("reverse", {"-R"}, 1); });
+    add(prog, "iperf3_parallel4", [] { program_iperf3("parallel4", {"-P", "4"}, 4); });
+    add(prog, "iperf3_bidir", [] { program_iperf3("bidir", {"--bidir"}, 2); });
+    for (std::string mux : {"default", "poll", "select"})
+        for (std::string kind : {"pp", "tp"})
+            add(prog, "sockperf_" + kind + "_" + mux, [kind, mux] { program_sockperf(kind, mux); });
+    master.add(prog);
+    return true;
+}
+
+}  // namespace
+
+int main(int argc, char **argv)
+{
+    if (int rc = require_device(); rc != 0)
+        return rc;
+    cfg.addr = env_or("TEST_OFFLOAD_ADDR", env_or("RDMASOCK_VM_ADDR", ""));
+    cfg.nordma_ns = env_or("RDMASOCK_VM_NORDMA_NS", "");
+    cfg.nordma_addr = env_or("RDMASOCK_VM_NORDMA_ADDR", "10.77.1.2");
+    cfg.log_level = env_or("TEST_OFFLOAD_LOG_LEVEL", "info");
+    cfg.keep = env_or("TEST_OFFLOAD_KEEP", "") == "1";
+    cfg.lib = env_or("TEST_OFFLOAD_LIB", cfg.lib);
+    if (cfg.addr.empty()) {
+        printf("SKIP: an RDMA device but no test address: set TEST_OFFLOAD_ADDR (or run via make check-offload)\n");
+        return 77;
+    }
+    if (access(cfg.lib.c_str(), R_OK) != 0 || access(cfg.peer.c_str(), X_OK) != 0) {
+        printf("FAIL: %s or %s missing (build first)\n", cfg.lib.c_str(), cfg.peer.c_str());
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    int rc = utf::unit_test_main(&init_tests, argc, argv);
+    if (!g_notes.empty()) {
+        printf("---- measurements\n");
+        for (const auto &n : g_notes)
+            printf("  %s\n", n.c_str());
+    }
+    g_summary.print();
+    if (rc == 0 && (g_summary.skipped > 0 || g_summary.failed > 0))
+        rc = 1;
+    return rc;
+}

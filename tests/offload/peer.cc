@@ -1,0 +1,1627 @@
+// peer: one end of an offload test connection (tests/offload).  Plain C++17, no Boost:
+// this is the program that runs under librdmasock (or without it); offload_tests drives
+// pairs of peers and asserts on what they print.
+//
+//   peer server --addr A [--port P] [options]   listen on A:P (P 0: ephemeral), print
+//                                               "port=P", serve the connections in turn
+//   peer client --addr A --port P [options]     connect once per connection, in turn
+//
+// Stream mode (--plan): one byte-verified connection per plan entry
+// C2S:S2C[:API[:bidir|seq]] (sizes with K/M suffixes and "+N", e.g. 64K+1).  Each
+// direction carries a running counter: the stream is a sequence of 32-bit little-endian
+// words, word k being k * 2654435761 + salt (a bijection of the counter, so any lost,
+// repeated, reordered or foreign byte shows), one salt per direction (client->server,
+// server->client, banner).  seq: the client sends C2S bytes and shuts down its write
+// side; the server reads them and the EOF, then sends S2C bytes and shuts down; the
+// client reads them and the EOF.  bidir: both directions at once (a writer and a reader
+// thread per peer).  API: write (read), writev (readv), send (recv MSG_WAITALL),
+// sendmsg (recvmsg), sendfile (read); writev/readv/sendmsg/recvmsg split each call into
+// up to 6 uneven iovecs, call sizes vary from 1 byte to --chunk.  --banner N: the server
+// writes N bytes right after accept(), before reading; the client reads them first.
+// --echo (server): send back what arrives, checking it is the client's stream from byte
+// 0.  --wait-mode poll|select|epoll: nonblocking socket, every EAGAIN waits for
+// readiness (10 s without it is a lost wake-up).
+//
+// Scenario mode (--scenario NAME,... on the tester, --helper --conns K on the other
+// end): one connection per scenario; the tester drives the helper with small commands
+// on the connection and checks socket semantics on its end (shutdown, linger, peek,
+// nonblocking calls, FIONREAD, poll/select/epoll readiness, timeouts, a killed peer).
+//
+// Output, one line per connection, key=value, after the close:
+//   conn=I role=client|server connect_us=N transport=rdma|tcp|none reason=CODE phase=P
+//   info_sent=N info_received=N sent=N received=N eof=0|1 [values...] io_us=N close_us=N
+// where transport/reason/phase/info_* come from getsockopt(SOL_RDMASOCK, RDMASOCK_INFO)
+// taken just before close() (transport=none: the library is not loaded), sent/received
+// are what the program moved, close_us is how long close() took.  Problems are printed
+// as "error: ..." on stderr.  Exit status: 0 all verified, 1 data mismatch, 2 a call
+// failed, 3 a scenario check failed, 4 usage.
+#include <arpa/inet.h>
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <csignal>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/select.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "include/rdmasock.h"
+
+namespace {
+
+enum Exit { kOk = 0, kMismatch = 1, kCallFailed = 2, kScenario = 3, kUsage = 4 };
+
+constexpr uint32_t kSaltC2S = 0x01234567u;
+constexpr uint32_t kSaltS2C = 0x89abcdefu;
+constexpr uint32_t kSaltBanner = 0x5eed0b0bu;
+
+// One connection of a stream run, from the client's point of view.
+struct Entry {
+    uint64_t c2s = 0, s2c = 0;
+    std::string api = "write";
+    bool bidir = false;
+};
+
+struct Options {
+    bool server = false;
+    std::string addr;
+    int port = 0;
+    std::vector<int> ports;  // client: connection i goes to ports[i % n]
+    int conns = 1;
+    size_t chunk = 256 * 1024;
+    uint64_t banner = 0;
+    bool echo = false;
+    bool expect_echo = false;
+    bool close_exit = false;
+    bool nonblock_connect = false;
+    bool helper = false;
+    int hold_ms = 0;
+    int accept_delay_ms = 0;  // server: sleep before each accept()
+    bool push = false;        // server: write only, never read
+    int stall_ms = 0;         // SO_RCVTIMEO/SO_SNDTIMEO on stream connections
+    bool allow_tcp = false;  // scenarios on plain TCP: checks the checks against the kernel
+    bool wait_decided = false;
+    std::vector<Entry> plan;              // --plan: one entry per connection
+    std::vector<std::string> scenarios;   // --scenario a,b,c: one per connection
+};
+
+Options opt;
+std::string g_api = "write";  // the API of the current connection
+std::string g_scenario;       // the scenario of the current connection
+std::string g_wait;           // --wait-mode: poll|select|epoll ("" blocking calls)
+std::atomic<unsigned> g_conn_gen{0};
+int g_exit = kOk;
+pthread_mutex_t g_out_mu = PTHREAD_MUTEX_INITIALIZER;
+
+long long now_us()
+{
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<long long>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+void set_exit(int code)
+{
+    pthread_mutex_lock(&g_out_mu);
+    if (g_exit == kOk || (code == kMismatch && g_exit != kMismatch))
+        g_exit = code;
+    pthread_mutex_unlock(&g_out_mu);
+}
+
+void errorf(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void errorf(int code, const char *fmt, ...)
+{
+    char b[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b, sizeof b, fmt, ap);
+    va_end(ap);
+    dprintf(2, "error: %s\n", b);
+    set_exit(code);
+}
+
+[[noreturn]] void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+[[noreturn]] void die(const char *fmt, ...)
+{
+    char b[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b, sizeof b, fmt, ap);
+    va_end(ap);
+    dprintf(2, "error: %s\n", b);
+    _exit(kCallFailed);
+}
+
+// ---- the pattern ---------------------------------------------------------------------
+
+inline uint8_t pattern_byte(uint64_t i, uint32_t salt)
+{
+    uint32_t w = static_cast<uint32_t>(i >> 2) * 2654435761u + salt;
+    return static_cast<uint8_t>(w >> (8 * (i & 3)));
+}
+
+void fill(uint8_t *p, uint64_t off, size_t n, uint32_t salt)
+{
+    size_t i = 0;
+    // Byte by byte up to a word boundary, then whole words.
+    while (i < n && ((off + i) & 3) != 0) {
+        p[i] = pattern_byte(off + i, salt);
+        ++i;
+    }
+    uint32_t k = static_cast<uint32_t>((off + i) >> 2);
+    while (i + 4 <= n) {
+        uint32_t w = k * 2654435761u + salt;
+        p[i] = static_cast<uint8_t>(w);
+        p[i + 1] = static_cast<uint8_t>(w >> 8);
+        p[i + 2] = static_cast<uint8_t>(w >> 16);
+        p[i + 3] = static_cast<uint8_t>(w >> 24);
+        ++k;
+        i += 4;
+    }
+    while (i < n) {
+        p[i] = pattern_byte(off + i, salt);
+        ++i;
+    }
+}
+
+// Returns -1 when p[0..n) is the pattern at off, else the index of the first bad byte.
+long long check(const uint8_t *p, uint64_t off, size_t n, uint32_t salt)
+{
+    static thread_local std::vector<uint8_t> want;
+    if (want.size() < n)
+        want.resize(n);
+    fill(want.data(), off, n, salt);
+    if (memcmp(p, want.data(), n) == 0)
+        return -1;
+    for (size_t i = 0; i < n; ++i)
+        if (p[i] != want[i])
+            return static_cast<long long>(i);
+    return -1;
+}
+
+// A deterministic sequence of call sizes (1 .. max), so calls end at odd places.
+struct Sizes {
+    uint64_t x;
+    size_t max;
+    Sizes(uint64_t seed, size_t m) : x(seed | 1), max(m) {}
+    size_t next()
+    {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        switch (x % 8) {
+        case 0: return 1 + x % 17;
+        case 1: return 1 + (x >> 8) % 4096;
+        case 2: return max;
+        case 3: return max / 2 + 3;
+        default: return 1 + (x >> 8) % max;
+        }
+    }
+};
+
+// Split [p, p+n) into up to 6 iovecs of uneven sizes.
+int split_iov(uint8_t *p, size_t n, iovec *iov)
+{
+    static const size_t parts[] = {1, 7, 4093, 0, 65536, 0};
+    int k = 0;
+    size_t left = n;
+    for (size_t i = 0; i < 6 && left > 0; ++i) {
+        size_t want = parts[i] != 0 ? parts[i] : (left + 1) / 2;
+        if (i == 5 || want > left)
+            want = left;
+        iov[k].iov_base = p;
+        iov[k].iov_len = want;
+        p += want;
+        left -= want;
+        ++k;
+    }
+    if (left > 0)
+        iov[k - 1].iov_len += left;
+    return k;
+}
+
+// ---- socket helpers --------------------------------------------------------------------
+
+struct Info {
+    bool ok = false;
+    rdmasock_info i{};
+};
+
+Info get_info(int fd)
+{
+    Info r;
+    socklen_t len = sizeof r.i;
+    r.ok = getsockopt(fd, SOL_RDMASOCK, RDMASOCK_INFO, &r.i, &len) == 0;
+    return r;
+}
+
+std::string info_fields(int fd)
+{
+    Info in = get_info(fd);
+    char b[256];
+    if (!in.ok)
+        snprintf(b, sizeof b, "transport=none reason=none phase=none info_sent=-1 info_received=-1");
+    else
+        snprintf(b, sizeof b, "transport=%s reason=%s phase=%s info_sent=%" PRIu64 " info_received=%" PRIu64,
+                 in.i.transport == RDMASOCK_RDMA ? "rdma" : "tcp", in.i.reason_code, in.i.phase,
+                 in.i.bytes_sent, in.i.bytes_received);
+    return b;
+}
+
+bool is_rdma(int fd)
+{
+    Info in = get_info(fd);
+    return in.ok && in.i.transport == RDMASOCK_RDMA;
+}
+
+sockaddr_in make_addr(const std::string &a, int port)
+{
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    if (inet_pton(AF_INET, a.c_str(), &sa.sin_addr) != 1)
+        die("bad address %s", a.c_str());
+    return sa;
+}
+
+void out_line(const std::string &s)
+{
+    pthread_mutex_lock(&g_out_mu);
+    fputs(s.c_str(), stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    pthread_mutex_unlock(&g_out_mu);
+}
+
+// Byte counts of one connection (both threads).
+struct Counts {
+    std::atomic<uint64_t> sent{0}, received{0};
+    std::atomic<int> eof{0};
+};
+
+// ---- stream: send and receive with the chosen API ------------------------------------
+
+// --wait-mode: the socket is nonblocking and every EAGAIN waits for readiness with poll,
+// select or a (per thread, per connection) level-triggered epoll registration.  A wait
+// that sees nothing for 10 s while bytes are still due is a lost wake-up.
+bool wait_ready(int fd, bool for_write)
+{
+    const int ms = 10000;
+    if (g_wait == "poll") {
+        pollfd p{fd, static_cast<short>(for_write ? POLLOUT : POLLIN), 0};
+        return poll(&p, 1, ms) == 1;
+    }
+    if (g_wait == "select") {
+        fd_set set;
+        FD_ZERO(&set);
+        FD_SET(fd, &set);
+        timeval tv{ms / 1000, 0};
+        return select(fd + 1, for_write ? nullptr : &set, for_write ? &set : nullptr, nullptr, &tv) == 1;
+    }
+    // epoll: one registration per thread, connection and direction.
+    thread_local int eps[2] = {-1, -1};
+    thread_local unsigned gens[2] = {~0u, ~0u};
+    int &ep = eps[for_write ? 1 : 0];
+    if (gens[for_write ? 1 : 0] != g_conn_gen.load()) {
+        if (ep >= 0)
+            close(ep);
+        ep = epoll_create1(EPOLL_CLOEXEC);
+        epoll_event ev{};
+        ev.events = for_write ? EPOLLOUT : EPOLLIN;
+        ev.data.u64 = 0xfeedfacecafebeefull;
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0)
+            die("epoll_ctl(ADD): %s", strerror(errno));
+        gens[for_write ? 1 : 0] = g_conn_gen.load();
+    }
+    epoll_event out{};
+    int n = epoll_wait(ep, &out, 1, ms);
+    if (n == 1 && out.data.u64 != 0xfeedfacecafebeefull)
+        die("epoll_wait returned foreign data 0x%" PRIx64, out.data.u64);
+    return n == 1;
+}
+
+// Write n pattern bytes (stream offsets off..off+n) with the API; returns bytes written.
+uint64_t send_stream(int fd, uint64_t off, uint64_t n, uint32_t salt, Counts &c)
+{
+    std::vector<uint8_t> buf(opt.chunk);
+    Sizes sizes(0x9e3779b97f4a7c15ull ^ salt, opt.chunk);
+    int file = -1;
+    if (g_api == "sendfile") {
+        char tmpl[] = "/tmp/offload-peer-XXXXXX";
+        file = mkstemp(tmpl);
+        if (file < 0)
+            die("mkstemp: %s", strerror(errno));
+        unlink(tmpl);
+        for (uint64_t done = 0; done < n;) {
+            size_t k = n - done < buf.size() ? static_cast<size_t>(n - done) : buf.size();
+            fill(buf.data(), off + done, k, salt);
+            if (write(file, buf.data(), k) != static_cast<ssize_t>(k))
+                die("write temp file: %s", strerror(errno));
+            done += k;
+        }
+    }
+    uint64_t done = 0;
+    while (done < n) {
+        size_t want = sizes.next();
+        if (want > n - done)
+            want = static_cast<size_t>(n - done);
+        ssize_t r;
+        if (g_api == "sendfile") {
+            off_t pos = static_cast<off_t>(done);
+            r = sendfile(fd, file, &pos, want);
+        } else {
+            fill(buf.data(), off + done, want, salt);
+            if (g_api == "write") {
+                r = write(fd, buf.data(), want);
+            } else if (g_api == "send") {
+                r = send(fd, buf.data(), want, MSG_NOSIGNAL);
+            } else if (g_api == "writev" || g_api == "sendmsg") {
+                iovec iov[8];
+                int k = split_iov(buf.data(), want, iov);
+                if (g_api == "writev") {
+                    r = writev(fd, iov, k);
+                } else {
+                    msghdr m{};
+                    m.msg_iov = iov;
+                    m.msg_iovlen = static_cast<size_t>(k);
+                    r = sendmsg(fd, &m, MSG_NOSIGNAL);
+                }
+            } else {
+                die("unknown --api %s", g_api.c_str());
+            }
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno == EAGAIN && !g_wait.empty()) {
+            if (!wait_ready(fd, true)) {
+                errorf(kCallFailed, "%s: no POLLOUT for 10 s after EAGAIN, %" PRIu64 " of %" PRIu64 " bytes sent",
+                       g_wait.c_str(), done, n);
+                break;
+            }
+            continue;
+        }
+        if (r < 0 && errno == EAGAIN) {
+            errorf(kCallFailed, "%s: no progress for %d ms after %" PRIu64 " of %" PRIu64
+                   " bytes sent (blocking socket, SO_SNDTIMEO): a lost wake-up?", g_api.c_str(), opt.stall_ms, done, n);
+            break;
+        }
+        if (r <= 0) {
+            errorf(kCallFailed, "%s after %" PRIu64 " bytes: %s", g_api.c_str(), done,
+                   r == 0 ? "returned 0" : strerror(errno));
+            break;
+        }
+        done += static_cast<uint64_t>(r);
+        c.sent += static_cast<uint64_t>(r);
+    }
+    if (file >= 0)
+        close(file);
+    return done;
+}
+
+// Read exactly n bytes (stream offsets off..), verifying them; expect_eof: then read the
+// EOF.  Returns bytes read.
+uint64_t recv_stream(int fd, uint64_t off, uint64_t n, uint32_t salt, bool expect_eof, Counts &c,
+                     const char *what = "stream")
+{
+    std::vector<uint8_t> buf(opt.chunk + 64);
+    Sizes sizes(0x51ed2701ull ^ salt, opt.chunk);
+    uint64_t done = 0;
+    bool mismatch = false;
+    while (done < n) {
+        size_t want = sizes.next();
+        if (want > n - done)
+            want = static_cast<size_t>(n - done);
+        ssize_t r;
+        if (g_api == "read" || g_api == "write" || g_api == "sendfile") {
+            r = read(fd, buf.data(), want);
+        } else if (g_api == "send") {
+            r = recv(fd, buf.data(), want, MSG_WAITALL);
+            if (r > 0 && static_cast<size_t>(r) != want && g_wait.empty()) {
+                errorf(kCallFailed, "recv(MSG_WAITALL, %zu) returned %zd before EOF at %" PRIu64, want, r,
+                       done);
+            }
+        } else {
+            iovec iov[8];
+            int k = split_iov(buf.data(), want, iov);
+            if (g_api == "writev") {
+                r = readv(fd, iov, k);
+            } else {
+                msghdr m{};
+                m.msg_iov = iov;
+                m.msg_iovlen = static_cast<size_t>(k);
+                r = recvmsg(fd, &m, 0);
+                if (r >= 0 && (m.msg_flags & MSG_TRUNC))
+                    errorf(kCallFailed, "recvmsg set MSG_TRUNC");
+            }
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno == EAGAIN && !g_wait.empty()) {
+            if (!wait_ready(fd, false)) {
+                errorf(kCallFailed, "%s: no POLLIN for 10 s, %" PRIu64 " of %" PRIu64 " %s bytes read", g_wait.c_str(),
+                       done, n, what);
+                return done;
+            }
+            continue;
+        }
+        if (r < 0 && errno == EAGAIN) {
+            errorf(kCallFailed, "reading the %s: no progress for %d ms after %" PRIu64 " of %" PRIu64
+                   " bytes (blocking socket, SO_RCVTIMEO): a lost wake-up?", what, opt.stall_ms, done, n);
+            return done;
+        }
+        if (r < 0) {
+            errorf(kCallFailed, "reading the %s after %" PRIu64 " of %" PRIu64 " bytes: %s", what, done, n,
+                   strerror(errno));
+            return done;
+        }
+        if (r == 0) {
+            errorf(kMismatch, "early EOF in the %s after %" PRIu64 " of %" PRIu64 " bytes", what, done, n);
+            c.eof = 1;
+            return done;
+        }
+        if (!mismatch) {
+            long long bad = check(buf.data(), off + done, static_cast<size_t>(r), salt);
+            if (bad >= 0) {
+                mismatch = true;
+                errorf(kMismatch, "%s mismatch at byte %" PRIu64 ": got 0x%02x, want 0x%02x", what,
+                       done + static_cast<uint64_t>(bad), buf[static_cast<size_t>(bad)],
+                       pattern_byte(off + done + static_cast<uint64_t>(bad), salt));
+            }
+        }
+        done += static_cast<uint64_t>(r);
+        c.received += static_cast<uint64_t>(r);
+    }
+    if (expect_eof) {
+        for (;;) {
+            ssize_t r = read(fd, buf.data(), buf.size());
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0 && errno == EAGAIN && !g_wait.empty()) {
+                if (!wait_ready(fd, false)) {
+                    errorf(kCallFailed, "%s: no POLLIN for the EOF for 10 s", g_wait.c_str());
+                    break;
+                }
+                continue;
+            }
+            if (r < 0) {
+                errorf(kCallFailed, "reading the EOF after %" PRIu64 " bytes: %s", done, strerror(errno));
+                break;
+            }
+            if (r > 0) {
+                c.received += static_cast<uint64_t>(r);
+                errorf(kMismatch, "%zd bytes more than the %" PRIu64 " expected in the %s", r, n, what);
+                continue;
+            }
+            c.eof = 1;
+            break;
+        }
+    }
+    return done;
+}
+
+void do_shutdown_wr(int fd)
+{
+    if (shutdown(fd, SHUT_WR) != 0)
+        errorf(kCallFailed, "shutdown(SHUT_WR): %s", strerror(errno));
+}
+
+// The server side of --echo: verify the client's pattern, send it back.
+void echo(int fd, uint64_t expect, Counts &c)
+{
+    std::vector<uint8_t> buf(opt.chunk);
+    uint64_t off = 0;
+    bool mismatch = false;
+    for (;;) {
+        ssize_t r = read(fd, buf.data(), buf.size());
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            errorf(kCallFailed, "echo read after %" PRIu64 " bytes: %s", off, strerror(errno));
+            return;
+        }
+        if (r == 0) {
+            c.eof = 1;
+            break;
+        }
+        c.received += static_cast<uint64_t>(r);
+        if (!mismatch) {
+            long long bad = check(buf.data(), off, static_cast<size_t>(r), kSaltC2S);
+            if (bad >= 0) {
+                mismatch = true;
+                errorf(kMismatch, "echo: foreign byte at %" PRIu64 ": got 0x%02x, want 0x%02x",
+                       off + static_cast<uint64_t>(bad), buf[static_cast<size_t>(bad)],
+                       pattern_byte(off + static_cast<uint64_t>(bad), kSaltC2S));
+            }
+        }
+        off += static_cast<uint64_t>(r);
+        for (ssize_t w = 0; w < r;) {
+            ssize_t k = write(fd, buf.data() + w, static_cast<size_t>(r - w));
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0) {
+                errorf(kCallFailed, "echo write: %s", strerror(errno));
+                return;
+            }
+            w += k;
+            c.sent += static_cast<uint64_t>(k);
+        }
+    }
+    if (off != expect)
+        errorf(kMismatch, "echo: got %" PRIu64 " bytes, want %" PRIu64, off, expect);
+    do_shutdown_wr(fd);
+}
+
+// Wait (at most 5 s) until the library has decided a server socket (phase neither
+// "maybe" nor "verifying"), waiting for input on it meanwhile (the library binds RDMA to
+// a server connection once the program reads it or waits for input on it); returns the
+// microseconds waited.
+long long wait_decided(int fd)
+{
+    long long t0 = now_us();
+    for (;;) {
+        Info in = get_info(fd);
+        if (!in.ok || (strcmp(in.i.phase, "maybe") != 0 && strcmp(in.i.phase, "verifying") != 0) ||
+            now_us() - t0 > 5000000)
+            break;
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, 10) > 0)
+            usleep(1000);
+    }
+    return now_us() - t0;
+}
+
+// One connection in stream mode.
+void stream(int fd, const Entry &e, Counts &c, std::string &extra)
+{
+    const bool client = !opt.server;
+    const uint64_t to_send = client ? e.c2s : e.s2c;
+    const uint64_t to_recv = client ? e.s2c : e.c2s;
+    const uint32_t out_salt = client ? kSaltC2S : kSaltS2C;
+    const uint32_t in_salt = opt.expect_echo ? kSaltC2S : (client ? kSaltS2C : kSaltC2S);
+    ++g_conn_gen;
+    if (!g_wait.empty())
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    else if (opt.stall_ms > 0) {
+        // A blocking call that makes no progress for this long fails with EAGAIN
+        // (reported as a stall) instead of hanging the test.
+        timeval tv{opt.stall_ms / 1000, (opt.stall_ms % 1000) * 1000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    }
+    if (opt.banner > 0) {
+        if (client) {
+            recv_stream(fd, 0, opt.banner, kSaltBanner, false, c, "banner");
+        } else {
+            send_stream(fd, 0, opt.banner, kSaltBanner, c);
+        }
+    }
+    if (opt.echo) {
+        echo(fd, to_recv, c);
+        return;
+    }
+    if (opt.push && !client) {  // write only: never read, never wait for input
+        send_stream(fd, 0, to_send, out_salt, c);
+        do_shutdown_wr(fd);
+        return;
+    }
+    if (e.bidir) {
+        if (opt.wait_decided && !client)
+            extra += " decided_after_us=" + std::to_string(wait_decided(fd));
+        long long t0 = now_us();
+        std::thread writer([&] {
+            send_stream(fd, 0, to_send, out_salt, c);
+            if (!opt.close_exit)
+                do_shutdown_wr(fd);
+        });
+        recv_stream(fd, 0, to_recv, in_salt, true, c);
+        writer.join();
+        extra += " data_ms=" + std::to_string((now_us() - t0) / 1000);
+        return;
+    }
+    if (client) {
+        send_stream(fd, 0, to_send, out_salt, c);
+        if (opt.close_exit)
+            return;
+        do_shutdown_wr(fd);
+        recv_stream(fd, 0, to_recv, in_salt, true, c);
+    } else {
+        long long t0 = now_us();
+        recv_stream(fd, 0, to_recv, in_salt, true, c);
+        extra += " recv_ms=" + std::to_string((now_us() - t0) / 1000);
+        extra += std::string(" eof_before_send=") + (c.eof ? "1" : "0");
+        t0 = now_us();
+        send_stream(fd, 0, to_send, out_salt, c);
+        extra += " send_ms=" + std::to_string((now_us() - t0) / 1000);
+        if (!opt.close_exit)
+            do_shutdown_wr(fd);
+    }
+}
+
+// ---- scenarios ---------------------------------------------------------------------------
+//
+// Commands from the tester to the helper (one byte, then a 4-byte length where noted):
+//   d L   send L pattern bytes (helper->tester stream)     r L   read and verify L bytes
+//   R L   sleep 1 s, then read and verify L bytes          a     send the 1-byte ack 'A'
+//   w     shutdown(SHUT_WR)                                 l     SO_LINGER {1,0}, close, exit
+//   k     print "ready" and wait to be killed               (EOF) close and exit
+// The tester->helper data stream and the helper->tester stream each have their own
+// running offset (commands are not part of the pattern stream).
+
+struct Helper {
+    int fd;
+    Counts &c;
+    uint64_t in_off = 0;   // tester->helper pattern offset
+    uint64_t out_off = 0;  // helper->tester pattern offset
+};
+
+bool read_full(int fd, void *p, size_t n, Counts &c)
+{
+    auto *b = static_cast<uint8_t *>(p);
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = read(fd, b + done, n - done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        done += static_cast<size_t>(r);
+        c.received += static_cast<uint64_t>(r);
+    }
+    return true;
+}
+
+bool write_full(int fd, const void *p, size_t n, Counts &c)
+{
+    auto *b = static_cast<const uint8_t *>(p);
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = send(fd, b + done, n - done, MSG_NOSIGNAL);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            pollfd p1{fd, POLLOUT, 0};
+            poll(&p1, 1, 5000);
+            continue;
+        }
+        if (r <= 0)
+            return false;
+        done += static_cast<size_t>(r);
+        c.sent += static_cast<uint64_t>(r);
+    }
+    return true;
+}
+
+void helper_loop(int fd, Counts &c, std::string &extra)
+{
+    Helper h{fd, c};
+    std::vector<uint8_t> buf(opt.chunk);
+    uint64_t after_eof = 0;
+    for (;;) {
+        uint8_t cmd;
+        ssize_t r = read(fd, &cmd, 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            extra += std::string(" helper_read_errno=") + strerrorname_np(errno);
+            return;
+        }
+        if (r == 0) {
+            c.eof = 1;
+            if (after_eof > 0) {  // 'h': the other direction after our EOF
+                extra += " sent_after_eof=" + std::to_string(after_eof);
+                while (after_eof > 0) {
+                    size_t k = after_eof < buf.size() ? after_eof : buf.size();
+                    fill(buf.data(), h.out_off, k, kSaltS2C);
+                    if (!write_full(fd, buf.data(), k, c)) {
+                        errorf(kCallFailed, "helper: write after EOF: %s", strerror(errno));
+                        return;
+                    }
+                    h.out_off += k;
+                    after_eof -= k;
+                }
+                do_shutdown_wr(fd);
+            }
+            return;
+        }
+        c.received += 1;
+        uint32_t len = 0;
+        if (cmd == 'd' || cmd == 'r' || cmd == 'R' || cmd == 'h') {
+            if (!read_full(fd, &len, 4, c)) {
+                errorf(kCallFailed, "helper: short command");
+                return;
+            }
+        }
+        switch (cmd) {
+        case 'd':
+            while (len > 0) {
+                size_t k = len < buf.size() ? len : buf.size();
+                fill(buf.data(), h.out_off, k, kSaltS2C);
+                if (!write_full(fd, buf.data(), k, c)) {
+                    errorf(kCallFailed, "helper: write: %s", strerror(errno));
+                    return;
+                }
+                h.out_off += k;
+                len -= static_cast<uint32_t>(k);
+            }
+            break;
+        case 'R':
+            usleep(1000000);
+            [[fallthrough]];
+        case 'r': {
+            Counts tmp;
+            uint64_t got = recv_stream(fd, h.in_off, len, kSaltC2S, false, tmp, "tester data");
+            c.received += tmp.received.load();
+            h.in_off += got;
+            if (got != len)
+                return;
+            break;
+        }
+        case 'h':
+            after_eof = len;
+            break;
+        case 'a': {
+            char a = 'A';
+            if (!write_full(fd, &a, 1, c))
+                errorf(kCallFailed, "helper: ack: %s", strerror(errno));
+            break;
+        }
+        case 'w':
+            do_shutdown_wr(fd);
+            break;
+        case 'l': {
+            linger lg{1, 0};
+            if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) != 0)
+                errorf(kCallFailed, "SO_LINGER: %s", strerror(errno));
+            extra += " helper=linger0";
+            return;  // the caller prints the line and closes
+        }
+        case 'k':
+            out_line("ready");
+            for (;;)
+                pause();
+        default:
+            errorf(kCallFailed, "helper: unknown command 0x%02x", cmd);
+            return;
+        }
+    }
+}
+
+// The tester's side of the command protocol.
+struct Tester {
+    int fd;
+    Counts &c;
+    std::string &extra;
+    uint64_t in_off = 0;   // helper->tester pattern offset
+    uint64_t out_off = 0;  // tester->helper pattern offset
+    bool failed = false;
+
+    void cmd(char k, uint32_t len = 0, bool has_len = false)
+    {
+        uint8_t b[5] = {static_cast<uint8_t>(k)};
+        memcpy(b + 1, &len, 4);
+        if (!write_full(fd, b, has_len ? 5 : 1, c))
+            die("tester: command '%c': %s", k, strerror(errno));
+    }
+    void ask_data(uint32_t len) { cmd('d', len, true); }
+    // Send len pattern bytes the helper reads (command 'r' or 'R').
+    void give_data(uint32_t len, char k = 'r')
+    {
+        cmd(k, len, true);
+        std::vector<uint8_t> b(len);
+        fill(b.data(), out_off, len, kSaltC2S);
+        if (!write_full(fd, b.data(), len, c))
+            die("tester: data: %s", strerror(errno));
+        out_off += len;
+    }
+    void fail(const char *fmt, ...) __attribute__((format(printf, 2, 3)))
+    {
+        char b[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(b, sizeof b, fmt, ap);
+        va_end(ap);
+        dprintf(2, "error: scenario %s: %s\n", g_scenario.c_str(), b);
+        set_exit(kScenario);
+        failed = true;
+    }
+    // Verify bytes the program got from the helper stream.
+    void verify(const uint8_t *p, size_t n)
+    {
+        long long bad = check(p, in_off, n, kSaltS2C);
+        if (bad >= 0)
+            fail("data mismatch at helper byte %" PRIu64, in_off + static_cast<uint64_t>(bad));
+        in_off += n;
+        c.received += n;
+    }
+    // Blocking read of exactly n helper bytes (verified).
+    void take(size_t n)
+    {
+        std::vector<uint8_t> b(n);
+        size_t done = 0;
+        while (done < n) {
+            ssize_t r = read(fd, b.data() + done, n - done);
+            if (r < 0 && (errno == EINTR))
+                continue;
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                pollfd p{fd, POLLIN, 0};
+                poll(&p, 1, 5000);
+                continue;
+            }
+            if (r <= 0) {
+                fail("read %zu helper bytes: got %zu then %s", n, done, r == 0 ? "EOF" : strerror(errno));
+                return;
+            }
+            done += static_cast<size_t>(r);
+        }
+        verify(b.data(), n);
+    }
+    void note(const std::string &k, long long v) { extra += " " + k + "=" + std::to_string(v); }
+    // Finish: half-close, read the rest (must be EOF).
+    void finish()
+    {
+        if (shutdown(fd, SHUT_WR) != 0)
+            fail("final shutdown: %s", strerror(errno));
+        uint8_t b[256];
+        for (;;) {
+            ssize_t r = read(fd, b, sizeof b);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                pollfd p{fd, POLLIN, 0};
+                poll(&p, 1, 5000);
+                continue;
+            }
+            if (r < 0) {
+                fail("final read: %s", strerror(errno));
+                return;
+            }
+            if (r == 0) {
+                c.eof = 1;
+                return;
+            }
+            fail("%zd unexpected bytes before the final EOF", r);
+            c.received += static_cast<uint64_t>(r);
+        }
+    }
+};
+
+int poll1(int fd, short events, int ms, short *rev)
+{
+    pollfd p{fd, events, 0};
+    int r = poll(&p, 1, ms);
+    *rev = p.revents;
+    return r;
+}
+
+std::string revents_str(unsigned e)
+{
+    std::string s;
+    struct {
+        unsigned bit;
+        const char *name;
+    } names[] = {{EPOLLIN, "IN"},       {EPOLLOUT, "OUT"}, {EPOLLRDHUP, "RDHUP"}, {EPOLLHUP, "HUP"},
+                 {EPOLLERR, "ERR"},     {EPOLLPRI, "PRI"}};
+    for (auto &n : names)
+        if (e & n.bit)
+            s += std::string(s.empty() ? "" : "|") + n.name;
+    return s.empty() ? "0" : s;
+}
+
+void scenario(int fd, Counts &c, std::string &extra)
+{
+    Tester t{fd, c, extra};
+    const std::string &s = g_scenario;
+    // A server socket is undecided (phase maybe/verifying) until the client's CONFIRM
+    // has been seen; the library switches it without the program reading.
+    t.note("decided_after_us", wait_decided(fd));
+    if (!is_rdma(fd) && !opt.allow_tcp) {
+        t.fail("the connection is not on RDMA (%s)", info_fields(fd).c_str());
+        return;
+    }
+    if (s == "halfclose") {
+        // The helper sends 1 MiB only after it has read our EOF: a direction still works
+        // after the other one is shut down.
+        t.cmd('h', 1 << 20, true);
+        t.give_data(1 << 20);
+        if (shutdown(fd, SHUT_WR) != 0)
+            return t.fail("shutdown(SHUT_WR): %s", strerror(errno));
+        uint8_t b[8];
+        if (send(fd, b, 1, MSG_NOSIGNAL) != -1 || errno != EPIPE)
+            return t.fail("send after SHUT_WR: want EPIPE, got %s", strerror(errno));
+        t.take(1 << 20);
+        ssize_t r = read(fd, b, sizeof b);
+        if (r != 0)
+            return t.fail("read after the helper's 1 MiB: %zd (%s), want EOF", r, strerror(errno));
+        c.eof = 1;
+        return;
+    } else if (s == "peek") {
+        t.ask_data(1000);
+        short rev;
+        if (poll1(fd, POLLIN, 5000, &rev) != 1 || !(rev & POLLIN))
+            return t.fail("no POLLIN for 1000 bytes");
+        uint8_t b[2000];
+        ssize_t r = recv(fd, b, 600, MSG_PEEK);
+        if (r != 600)
+            return t.fail("recv(600, MSG_PEEK) returned %zd (%s)", r, strerror(errno));
+        if (check(b, 0, 600, kSaltS2C) >= 0)
+            return t.fail("peeked bytes differ");
+        r = recv(fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
+        if (r != 1000)
+            return t.fail("second recv(2000, MSG_PEEK) returned %zd, want 1000", r);
+        if (check(b, 0, 1000, kSaltS2C) >= 0)
+            return t.fail("peeked bytes differ (second peek)");
+        int avail = -1;
+        if (ioctl(fd, FIONREAD, &avail) != 0 || avail != 1000)
+            return t.fail("FIONREAD after MSG_PEEK: %d, want 1000", avail);
+        r = recv(fd, b, 300, 0);
+        if (r != 300)
+            return t.fail("recv(300) after peeking returned %zd", r);
+        t.verify(b, 300);
+        r = recv(fd, b, 100, MSG_PEEK);
+        if (r != 100 || check(b, 300, 100, kSaltS2C) >= 0)
+            return t.fail("peek after a partial read: %zd bytes or wrong data", r);
+        r = recv(fd, b, sizeof b, 0);
+        if (r != 700)
+            return t.fail("recv after peeking returned %zd, want 700", r);
+        t.verify(b, 700);
+        r = recv(fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
+        if (!(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)))
+            return t.fail("MSG_PEEK|MSG_DONTWAIT on a drained socket: %zd (%s), want EAGAIN", r, strerror(errno));
+    } else if (s == "dontwait") {
+        uint8_t b[65536];
+        ssize_t r = recv(fd, b, sizeof b, MSG_DONTWAIT);
+        if (!(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)))
+            return t.fail("recv(MSG_DONTWAIT) on an empty socket: %zd (%s), want EAGAIN", r, strerror(errno));
+        int fl = fcntl(fd, F_GETFL);
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        r = read(fd, b, sizeof b);
+        if (!(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)))
+            return t.fail("read on an empty O_NONBLOCK socket: %zd (%s), want EAGAIN", r, strerror(errno));
+        fcntl(fd, F_SETFL, fl);
+        t.ask_data(5000);
+        size_t got = 0;
+        long long t0 = now_us();
+        while (got < 5000 && now_us() - t0 < 5000000) {
+            short rev;
+            poll1(fd, POLLIN, 1000, &rev);
+            r = recv(fd, b + got, 5000 - got, MSG_DONTWAIT);
+            if (r > 0)
+                got += static_cast<size_t>(r);
+            else if (!(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)))
+                return t.fail("recv(MSG_DONTWAIT) with data: %zd (%s)", r, strerror(errno));
+        }
+        if (got != 5000)
+            return t.fail("got %zu of 5000 bytes with MSG_DONTWAIT", got);
+        t.verify(b, 5000);
+        // The send side: the helper reads only after 1 s, so MSG_DONTWAIT sends must
+        // fill the peer's ring and then fail with EAGAIN.
+        const uint32_t total = 32u << 20;
+        t.cmd('R', total, true);
+        std::vector<uint8_t> big(1 << 20);
+        uint64_t sent = 0;
+        bool eagain = false;
+        long long t1 = now_us();
+        while (sent < total) {
+            size_t k = total - sent < big.size() ? total - sent : big.size();
+            fill(big.data(), t.out_off, k, kSaltC2S);
+            r = send(fd, big.data(), k, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                eagain = true;
+                break;
+            }
+            if (r <= 0)
+                return t.fail("send(MSG_DONTWAIT): %s", strerror(errno));
+            sent += static_cast<uint64_t>(r);
+            t.out_off += static_cast<uint64_t>(r);
+            c.sent += static_cast<uint64_t>(r);
+        }
+        t.note("dontwait_sent_before_eagain", static_cast<long long>(sent));
+        t.note("dontwait_fill_ms", (now_us() - t1) / 1000);
+        if (!eagain)
+            return t.fail("send(MSG_DONTWAIT) never returned EAGAIN in %u bytes", total);
+        short rev;
+        if (poll1(fd, POLLOUT, 0, &rev) != 0)
+            t.fail("POLLOUT right after EAGAIN (revents %s)", revents_str(static_cast<unsigned>(rev)).c_str());
+        int outq = -1;
+        if (ioctl(fd, TIOCOUTQ, &outq) == 0)
+            t.note("outq_at_eagain", outq);
+        // The rest, blocking (the helper starts reading after its 1 s pause).
+        while (sent < total) {
+            size_t k = total - sent < big.size() ? total - sent : big.size();
+            fill(big.data(), t.out_off, k, kSaltC2S);
+            if (!write_full(fd, big.data(), k, c))
+                return t.fail("blocking send of the rest: %s", strerror(errno));
+            sent += k;
+            t.out_off += k;
+        }
+        t.cmd('a');
+        uint8_t a = 0;
+        if (!read_full(fd, &a, 1, c) || a != 'A')
+            return t.fail("no ack after the DONTWAIT stream");
+    } else if (s == "fionread") {
+        int avail = -1;
+        if (ioctl(fd, FIONREAD, &avail) != 0 || avail != 0)
+            return t.fail("FIONREAD on an empty socket: %d", avail);
+        t.ask_data(1000);
+        short rev;
+        if (poll1(fd, POLLIN, 5000, &rev) != 1)
+            return t.fail("no POLLIN");
+        long long t0 = now_us();
+        do {
+            if (ioctl(fd, FIONREAD, &avail) != 0)
+                return t.fail("FIONREAD: %s", strerror(errno));
+        } while (avail < 1000 && now_us() - t0 < 2000000 && usleep(1000) == 0);
+        if (avail != 1000)
+            return t.fail("FIONREAD %d, want 1000", avail);
+        uint8_t b[1000];
+        if (read(fd, b, 400) != 400)
+            return t.fail("read 400");
+        t.verify(b, 400);
+        if (ioctl(fd, FIONREAD, &avail) != 0 || avail != 600)
+            return t.fail("FIONREAD %d after reading 400, want 600", avail);
+        if (read(fd, b, 1000) != 600)
+            return t.fail("read the remaining 600");
+        t.verify(b, 600);
+        if (ioctl(fd, FIONREAD, &avail) != 0 || avail != 0)
+            return t.fail("FIONREAD %d after reading everything, want 0", avail);
+    } else if (s == "nbconnect") {
+        // The connect part is in client_main (--nonblock-connect); here: data both ways
+        // on the nonblocking socket.
+        if (!(fcntl(fd, F_GETFL) & O_NONBLOCK))
+            return t.fail("the socket is not nonblocking");
+        t.give_data(1 << 20);
+        t.ask_data(1 << 20);
+        t.take(1 << 20);
+        t.cmd('a');
+        uint8_t a = 0;
+        short rev;
+        if (poll1(fd, POLLIN, 5000, &rev) != 1 || read(fd, &a, 1) != 1 || a != 'A')
+            return t.fail("no ack");
+        c.received += 1;
+    } else if (s == "poll") {
+        short rev;
+        int r = poll1(fd, POLLIN, 200, &rev);
+        if (r != 0)
+            return t.fail("poll(POLLIN) on an idle socket: %d revents %s", r, revents_str(static_cast<unsigned>(rev)).c_str());
+        r = poll1(fd, POLLOUT, 1000, &rev);
+        if (r != 1 || rev != POLLOUT)
+            return t.fail("poll(POLLOUT): %d revents %s", r, revents_str(static_cast<unsigned>(rev)).c_str());
+        t.ask_data(1000);
+        long long t0 = now_us();
+        r = poll1(fd, POLLIN | POLLOUT, 5000, &rev);
+        while (r == 1 && !(rev & POLLIN) && now_us() - t0 < 5000000)
+            r = poll1(fd, POLLIN, 5000, &rev);
+        if (r != 1 || (rev & (POLLIN | POLLERR | POLLHUP)) != POLLIN)
+            return t.fail("poll(POLLIN) with data: %d revents %s", r, revents_str(static_cast<unsigned>(rev)).c_str());
+        t.note("poll_wake_us", now_us() - t0);
+        t.take(1000);
+        r = poll1(fd, POLLIN, 0, &rev);
+        if (r != 0)
+            return t.fail("poll(POLLIN) after draining: %d revents %s", r, revents_str(static_cast<unsigned>(rev)).c_str());
+        t.cmd('w');
+        r = poll1(fd, POLLIN | POLLRDHUP, 5000, &rev);
+        if (r != 1 || !(rev & POLLIN) || !(rev & POLLRDHUP) || (rev & (POLLERR | POLLHUP)))
+            return t.fail("poll after the peer's SHUT_WR: %d revents %s, want IN|RDHUP", r,
+                          revents_str(static_cast<unsigned>(rev)).c_str());
+        uint8_t b[16];
+        if (read(fd, b, sizeof b) != 0)
+            return t.fail("read after the peer's SHUT_WR is not EOF");
+        c.eof = 1;
+        // The other direction still works.
+        t.give_data(70000);
+        r = poll1(fd, POLLOUT, 1000, &rev);
+        if (r != 1 || !(rev & POLLOUT))
+            return t.fail("poll(POLLOUT) after the peer's SHUT_WR: %d %s", r, revents_str(static_cast<unsigned>(rev)).c_str());
+    } else if (s == "select") {
+        fd_set rs, ws;
+        timeval tv{0, 200000};
+        FD_ZERO(&rs);
+        FD_SET(fd, &rs);
+        int r = select(fd + 1, &rs, nullptr, nullptr, &tv);
+        if (r != 0)
+            return t.fail("select(read) on an idle socket: %d", r);
+        FD_ZERO(&ws);
+        FD_SET(fd, &ws);
+        tv = {1, 0};
+        r = select(fd + 1, nullptr, &ws, nullptr, &tv);
+        if (r != 1 || !FD_ISSET(fd, &ws))
+            return t.fail("select(write): %d", r);
+        t.ask_data(1000);
+        FD_ZERO(&rs);
+        FD_SET(fd, &rs);
+        tv = {5, 0};
+        r = select(fd + 1, &rs, nullptr, nullptr, &tv);
+        if (r != 1 || !FD_ISSET(fd, &rs))
+            return t.fail("select(read) with data: %d", r);
+        t.take(1000);
+        FD_ZERO(&rs);
+        FD_SET(fd, &rs);
+        tv = {0, 0};
+        r = select(fd + 1, &rs, nullptr, nullptr, &tv);
+        if (r != 0)
+            return t.fail("select(read) after draining: %d", r);
+        t.cmd('w');
+        FD_ZERO(&rs);
+        FD_SET(fd, &rs);
+        tv = {5, 0};
+        r = select(fd + 1, &rs, nullptr, nullptr, &tv);
+        if (r != 1 || !FD_ISSET(fd, &rs))
+            return t.fail("select(read) after the peer's SHUT_WR: %d", r);
+        uint8_t b[16];
+        if (read(fd, b, sizeof b) != 0)
+            return t.fail("read after the peer's SHUT_WR is not EOF");
+        c.eof = 1;
+    } else if (s.rfind("epoll_", 0) == 0) {
+        int ep = epoll_create1(EPOLL_CLOEXEC);
+        epoll_event ev{}, out[4];
+        ev.data.u64 = 0x1234567890abcdefull;
+        auto wait = [&](int ms) {
+            int n = epoll_wait(ep, out, 4, ms);
+            if (n > 0 && out[0].data.u64 != 0x1234567890abcdefull)
+                t.fail("epoll_wait returned foreign epoll_data 0x%" PRIx64, out[0].data.u64);
+            return n;
+        };
+        if (s == "epoll_lt") {
+            ev.events = EPOLLIN;
+            epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+            int n = wait(200);
+            if (n != 0)
+                return t.fail("LT: idle socket gave %d events (%s)", n, revents_str(out[0].events).c_str());
+            t.ask_data(1000);
+            n = wait(5000);
+            if (n != 1 || out[0].events != EPOLLIN)
+                return t.fail("LT: data gave %d events (%s)", n, revents_str(out[0].events).c_str());
+            n = wait(0);
+            if (n != 1 || out[0].events != EPOLLIN)
+                return t.fail("LT: unread data, second wait gave %d events", n);
+            t.take(500);
+            n = wait(0);
+            if (n != 1)
+                return t.fail("LT: 500 bytes left, wait gave %d events", n);
+            t.take(500);
+            n = wait(100);
+            if (n != 0)
+                return t.fail("LT: drained socket gave %d events (%s)", n, revents_str(out[0].events).c_str());
+            // EPOLLOUT, level-triggered: always there.
+            ev.events = EPOLLIN | EPOLLOUT;
+            epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+            n = wait(1000);
+            if (n != 1 || out[0].events != EPOLLOUT)
+                return t.fail("LT: EPOLLOUT: %d events (%s)", n, revents_str(out[0].events).c_str());
+            n = wait(0);
+            if (n != 1 || out[0].events != EPOLLOUT)
+                return t.fail("LT: EPOLLOUT again: %d events", n);
+        } else if (s == "epoll_et") {
+            ev.events = EPOLLIN | EPOLLET;
+            epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+            int n = wait(200);
+            if (n != 0)
+                return t.fail("ET: idle socket gave %d events (%s)", n, revents_str(out[0].events).c_str());
+            t.ask_data(1000);
+            n = wait(5000);
+            if (n != 1 || !(out[0].events & EPOLLIN))
+                return t.fail("ET: data gave %d events (%s)", n, revents_str(out[0].events).c_str());
+            n = wait(300);
+            if (n != 0)
+                return t.fail("ET: no new data, unread bytes, yet %d events (%s)", n, revents_str(out[0].events).c_str());
+            t.ask_data(1000);
+            n = wait(5000);
+            if (n != 1 || !(out[0].events & EPOLLIN))
+                return t.fail("ET: a second arrival gave %d events", n);
+            // Drain to EAGAIN, as ET programs do.
+            uint8_t b[4096];
+            size_t got = 0;
+            for (;;) {
+                ssize_t r = recv(fd, b + got, sizeof b - got, MSG_DONTWAIT);
+                if (r > 0) {
+                    got += static_cast<size_t>(r);
+                    continue;
+                }
+                if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                    break;
+                return t.fail("ET drain: %zd (%s)", r, strerror(errno));
+            }
+            if (got != 2000)
+                return t.fail("ET: drained %zu bytes, want 2000", got);
+            t.verify(b, 2000);
+            n = wait(200);
+            if (n != 0)
+                return t.fail("ET: drained socket gave %d events", n);
+            // EPOLLOUT edge: reported once after registration.
+            ev.events = EPOLLIN | EPOLLOUT | EPOLLET;
+            epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+            n = wait(1000);
+            if (n != 1 || !(out[0].events & EPOLLOUT))
+                return t.fail("ET: EPOLLOUT after MOD: %d events", n);
+            n = wait(200);
+            if (n != 0)
+                return t.fail("ET: EPOLLOUT reported again without a new edge: %d events (%s)", n,
+                              revents_str(out[0].events).c_str());
+        } else if (s == "epoll_oneshot") {
+            ev.events = EPOLLIN | EPOLLONESHOT;
+            epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+            t.ask_data(1000);
+            int n = wait(5000);
+            if (n != 1 || !(out[0].events & EPOLLIN))
+                return t.fail("ONESHOT: data gave %d events", n);
+            t.ask_data(1000);
+            short rev;
+            long long t0 = now_us();
+            while (now_us() - t0 < 5000000) {  // until the second 1000 bytes are there
+                int avail = 0;
+                ioctl(fd, FIONREAD, &avail);
+                if (avail >= 2000)
+                    break;
+                poll1(-1, 0, 5, &rev);
+            }
+            n = wait(300);
+            if (n != 0)
+                return t.fail("ONESHOT: disarmed registration gave %d events", n);
+            ev.events = EPOLLIN | EPOLLONESHOT;
+            if (epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) != 0)
+                return t.fail("ONESHOT: MOD: %s", strerror(errno));
+            n = wait(1000);
+            if (n != 1 || !(out[0].events & EPOLLIN))
+                return t.fail("ONESHOT: rearmed registration gave %d events", n);
+            n = wait(200);
+            if (n != 0)
+                return t.fail("ONESHOT: fired twice after one rearm");
+            t.take(2000);
+        } else if (s == "epoll_rdhup") {
+            ev.events = EPOLLIN | EPOLLRDHUP;
+            epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+            t.ask_data(100);
+            int n = wait(5000);
+            if (n != 1 || out[0].events != EPOLLIN)
+                return t.fail("RDHUP: data gave %d events (%s)", n, revents_str(out[0].events).c_str());
+            t.take(100);
+            t.cmd('w');
+            n = wait(5000);
+            if (n != 1 || (out[0].events & (EPOLLIN | EPOLLRDHUP)) != (EPOLLIN | EPOLLRDHUP) ||
+                (out[0].events & (EPOLLERR | EPOLLHUP)))
+                return t.fail("RDHUP: peer SHUT_WR gave %d events (%s), want IN|RDHUP", n,
+                              revents_str(out[0].events).c_str());
+            uint8_t b[16];
+            if (read(fd, b, sizeof b) != 0)
+                return t.fail("read after EPOLLRDHUP is not EOF");
+            c.eof = 1;
+            n = wait(0);
+            if (n != 1 || !(out[0].events & EPOLLRDHUP))
+                return t.fail("RDHUP: level-triggered RDHUP gone after reading EOF (%d events)", n);
+            t.give_data(100000);  // the other direction still works
+        } else {
+            return t.fail("unknown scenario");
+        }
+        close(ep);
+    } else if (s == "rcvtimeo") {
+        timeval tv{0, 300000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        uint8_t b[100];
+        long long t0 = now_us();
+        ssize_t r = read(fd, b, sizeof b);
+        int e = errno;
+        long long ms = (now_us() - t0) / 1000;
+        t.note("rcvtimeo_ms", ms);
+        if (!(r < 0 && (e == EAGAIN || e == EWOULDBLOCK)))
+            return t.fail("read with SO_RCVTIMEO on an idle socket: %zd (%s), want EAGAIN", r, strerror(e));
+        if (ms < 290 || ms > 1500)
+            return t.fail("SO_RCVTIMEO 300 ms: EAGAIN after %lld ms", ms);
+        t.ask_data(100);
+        short rev;
+        poll1(fd, POLLIN, 5000, &rev);
+        r = read(fd, b, sizeof b);
+        if (r != 100)
+            return t.fail("read with data and SO_RCVTIMEO: %zd (%s)", r, strerror(errno));
+        t.verify(b, 100);
+    } else if (s == "linger0") {
+        t.give_data(1000);
+        t.cmd('a');
+        uint8_t a = 0;
+        if (!read_full(fd, &a, 1, c) || a != 'A')
+            return t.fail("no ack");
+        t.cmd('l');
+        long long t0 = now_us();
+        uint8_t b[16];
+        ssize_t r = read(fd, b, sizeof b);
+        int e = errno;
+        t.note("reset_after_ms", (now_us() - t0) / 1000);
+        if (!(r < 0 && e == ECONNRESET))
+            return t.fail("read after the peer's SO_LINGER{1,0} close: %zd (%s), want ECONNRESET", r,
+                          r < 0 ? strerror(e) : (r == 0 ? "EOF" : "data"));
+        r = send(fd, b, 1, MSG_NOSIGNAL);
+        e = errno;
+        t.note("send_after_reset_errno", r < 0 ? e : 0);
+        if (!(r < 0 && (e == EPIPE || e == ECONNRESET)))
+            return t.fail("send after a reset: %zd (%s), want EPIPE", r, strerror(e));
+        c.eof = 1;
+        return;  // no finish(): the connection is gone
+    } else if (s == "sigkill") {
+        t.give_data(1000);
+        t.cmd('a');
+        uint8_t a = 0;
+        if (!read_full(fd, &a, 1, c) || a != 'A')
+            return t.fail("no ack");
+        t.cmd('k');
+        out_line("blocked");
+        long long t0 = now_us();
+        uint8_t b[16];
+        ssize_t r = read(fd, b, sizeof b);
+        int e = errno;
+        t.note("read_returned_after_ms", (now_us() - t0) / 1000);
+        extra += std::string(" read_result=") + (r < 0 ? strerrorname_np(e) : r == 0 ? "EOF" : "data");
+        if (!(r < 0 && e == ECONNRESET))
+            return t.fail("read after the peer was killed: %zd (%s), want ECONNRESET", r,
+                          r < 0 ? strerror(e) : (r == 0 ? "EOF" : "data"));
+        c.eof = 1;
+        return;
+    } else {
+        return t.fail("unknown scenario");
+    }
+    if (!t.failed)
+        t.finish();
+}
+
+// ---- connection driver --------------------------------------------------------------------
+
+void serve_connection(int fd, int index, long long connect_us, const std::string &note = "")
+{
+    Counts c;
+    std::string extra = note;
+    const long long t_start = now_us();
+    Entry e = opt.plan.empty() ? Entry{} : opt.plan[static_cast<size_t>(index) % opt.plan.size()];
+    g_api = e.api;
+    g_scenario = opt.scenarios.empty() ? "" : opt.scenarios[static_cast<size_t>(index) % opt.scenarios.size()];
+    if (opt.helper)
+        helper_loop(fd, c, extra);
+    else if (!g_scenario.empty())
+        scenario(fd, c, extra);
+    else
+        stream(fd, e, c, extra);
+    if (opt.hold_ms > 0)
+        usleep(static_cast<useconds_t>(opt.hold_ms) * 1000);
+    std::string line = "conn=" + std::to_string(index) + " role=" + (opt.server ? "server" : "client") +
+                       " connect_us=" + std::to_string(connect_us) + " " + info_fields(fd) +
+                       " sent=" + std::to_string(c.sent.load()) + " received=" +
+                       std::to_string(c.received.load()) + " eof=" + std::to_string(c.eof.load()) +
+                       (g_scenario.empty() ? "" : " scenario=" + g_scenario) + extra;
+    long long t_close = now_us();
+    if (close(fd) != 0)
+        errorf(kCallFailed, "close: %s", strerror(errno));
+    long long t_end = now_us();
+    line += " io_us=" + std::to_string(t_close - t_start) + " close_us=" + std::to_string(t_end - t_close);
+    out_line(line);
+    if (opt.close_exit)
+        exit(g_exit);
+}
+
+int conn_count()
+{
+    if (!opt.scenarios.empty() && !opt.helper)
+        return static_cast<int>(opt.scenarios.size());
+    if (!opt.plan.empty())
+        return static_cast<int>(opt.plan.size());
+    return opt.conns;
+}
+
+int server_main()
+{
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (ls < 0)
+        die("socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in sa = make_addr(opt.addr, opt.port);
+    if (bind(ls, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
+        die("bind %s:%d: %s", opt.addr.c_str(), opt.port, strerror(errno));
+    if (listen(ls, 16) != 0)
+        die("listen: %s", strerror(errno));
+    socklen_t len = sizeof sa;
+    getsockname(ls, reinterpret_cast<sockaddr *>(&sa), &len);
+    out_line("port=" + std::to_string(ntohs(sa.sin_port)));
+    for (int i = 0, n = conn_count(); i < n; ++i) {
+        if (opt.accept_delay_ms > 0)
+            usleep(static_cast<useconds_t>(opt.accept_delay_ms) * 1000);
+        int fd = accept4(ls, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0)
+            die("accept: %s", strerror(errno));
+        serve_connection(fd, i, 0);
+    }
+    close(ls);
+    return g_exit;
+}
+
+int client_main()
+{
+    for (int i = 0, n = conn_count(); i < n; ++i) {
+        const std::string sc = opt.scenarios.empty() || opt.helper ? "" : opt.scenarios[static_cast<size_t>(i)];
+        const bool nb = opt.nonblock_connect || sc == "nbconnect";
+        int port = opt.ports.empty() ? opt.port : opt.ports[static_cast<size_t>(i) % opt.ports.size()];
+        sockaddr_in sa = make_addr(opt.addr, port);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (nb ? SOCK_NONBLOCK : 0), 0);
+        if (fd < 0)
+            die("socket: %s", strerror(errno));
+        long long t0 = now_us();
+        int r = connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa);
+        int e = errno;
+        long long dt = now_us() - t0;
+        std::string note;
+        if (nb) {
+            if (!(r < 0 && e == EINPROGRESS)) {
+                errorf(kScenario, "scenario nbconnect: connect returned %d (%s), want -1/EINPROGRESS", r,
+                       r < 0 ? strerror(e) : "success");
+                if (r < 0)
+                    die("connect %s:%d: %s", opt.addr.c_str(), port, strerror(e));
+            }
+            pollfd p{fd, POLLOUT, 0};
+            int pr = poll(&p, 1, 10000);
+            long long dt2 = now_us() - t0;
+            if (pr != 1 || !(p.revents & POLLOUT) || (p.revents & (POLLERR | POLLHUP)))
+                die("scenario nbconnect: poll(POLLOUT) %d revents 0x%x", pr, p.revents);
+            int soerr = -1;
+            socklen_t sl = sizeof soerr;
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+            if (soerr != 0)
+                errorf(kScenario, "scenario nbconnect: SO_ERROR %d (%s), want 0", soerr, strerror(soerr));
+            note = " writable_after_us=" + std::to_string(dt2);
+        } else if (r != 0) {
+            die("connect %s:%d: %s", opt.addr.c_str(), port, strerror(e));
+        }
+        serve_connection(fd, i, dt, note);
+    }
+    return g_exit;
+}
+
+std::vector<std::string> split(const std::string &s, char sep)
+{
+    std::vector<std::string> v;
+    size_t a = 0;
+    for (;;) {
+        size_t b = s.find(sep, a);
+        v.push_back(s.substr(a, b == std::string::npos ? std::string::npos : b - a));
+        if (b == std::string::npos)
+            break;
+        a = b + 1;
+    }
+    return v;
+}
+
+void usage()
+{
+    dprintf(2,
+            "usage: peer server|client --addr A [--port P] [--ports P1,P2,...] [--conns K]\n"
+            "       [--plan C2S:S2C[:API[:bidir]],...] [--chunk N] [--banner N] [--echo] [--expect-echo]\n"
+            "       [--close-exit] [--nonblock-connect] [--wait-decided] [--hold-ms N] [--accept-delay-ms N]\n"
+            "       [--wait-mode poll|select|epoll] [--push] [--stall-ms N]\n"
+            "       [--scenario NAME,NAME,... | --helper] [--allow-tcp]\n"
+            "  API: write (read) | writev (readv) | send (recv MSG_WAITALL) | sendmsg (recvmsg) | sendfile (read)\n");
+    _exit(kUsage);
+}
+
+uint64_t parse_size(const std::string &str)
+{
+    const char *s = str.c_str();
+    char *end = nullptr;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (end == s)
+        usage();
+    switch (*end) {
+    case 'K': v <<= 10; ++end; break;
+    case 'M': v <<= 20; ++end; break;
+    case 'G': v <<= 30; ++end; break;
+    default: break;
+    }
+    if (*end == '+')  // "64K+1"
+        v += strtoull(end + 1, &end, 0);
+    if (*end != '\0')
+        usage();
+    return v;
+}
+
+std::vector<Entry> parse_plan(const std::string &s)
+{
+    std::vector<Entry> plan;
+    for (const std::string &item : split(s, ',')) {
+        std::vector<std::string> f = split(item, ':');
+        if (f.size() < 2 || f.size() > 4)
+            usage();
+        Entry e;
+        e.c2s = parse_size(f[0]);
+        e.s2c = parse_size(f[1]);
+        if (f.size() >= 3)
+            e.api = f[2];
+        if (f.size() == 4) {
+            if (f[3] != "bidir" && f[3] != "seq")
+                usage();
+            e.bidir = f[3] == "bidir";
+        }
+        if (e.api != "write" && e.api != "writev" && e.api != "send" && e.api != "sendmsg" &&
+            e.api != "sendfile")
+            usage();
+        plan.push_back(e);
+    }
+    return plan;
+}
+
+}  // namespace
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (argc < 2)
+        usage();
+    std::string mode = argv[1];
+    if (mode == "server")
+        opt.server = true;
+    else if (mode != "client")
+        usage();
+    static const option longs[] = {
+        {"addr", required_argument, nullptr, 'a'},     {"port", required_argument, nullptr, 'p'},
+        {"ports", required_argument, nullptr, 'P'},    {"conns", required_argument, nullptr, 'n'},
+        {"plan", required_argument, nullptr, 'L'},     {"chunk", required_argument, nullptr, 'c'},
+        {"banner", required_argument, nullptr, 'B'},   {"echo", no_argument, nullptr, 'e'},
+        {"expect-echo", no_argument, nullptr, 'E'},    {"close-exit", no_argument, nullptr, 'x'},
+        {"nonblock-connect", no_argument, nullptr, 'N'}, {"wait-decided", no_argument, nullptr, 'W'},
+        {"scenario", required_argument, nullptr, 'S'}, {"helper", no_argument, nullptr, 'H'},
+        {"hold-ms", required_argument, nullptr, 'h'},  {"allow-tcp", no_argument, nullptr, 'T'},
+        {"accept-delay-ms", required_argument, nullptr, 'D'}, {"wait-mode", required_argument, nullptr, 'w'},
+        {"push", no_argument, nullptr, 'u'},          {"stall-ms", required_argument, nullptr, 'z'},
+        {nullptr, 0, nullptr, 0}};
+    optind = 2;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", longs, nullptr)) != -1) {
+        switch (ch) {
+        case 'a': opt.addr = optarg; break;
+        case 'p': opt.port = atoi(optarg); break;
+        case 'P':
+            for (const std::string &p : split(optarg, ','))
+                opt.ports.push_back(atoi(p.c_str()));
+            break;
+        case 'n': opt.conns = atoi(optarg); break;
+        case 'L': opt.plan = parse_plan(optarg); break;
+        case 'c': opt.chunk = static_cast<size_t>(parse_size(optarg)); break;
+        case 'B': opt.banner = parse_size(optarg); break;
+        case 'e': opt.echo = true; break;
+        case 'E': opt.expect_echo = true; break;
+        case 'x': opt.close_exit = true; break;
+        case 'N': opt.nonblock_connect = true; break;
+        case 'W': opt.wait_decided = true; break;
+        case 'S': opt.scenarios = split(optarg, ','); break;
+        case 'H': opt.helper = true; break;
+        case 'h': opt.hold_ms = atoi(optarg); break;
+        case 'T': opt.allow_tcp = true; break;
+        case 'D': opt.accept_delay_ms = atoi(optarg); break;
+        case 'u': opt.push = true; break;
+        case 'z': opt.stall_ms = atoi(optarg); break;
+        case 'w':
+            g_wait = optarg;
+            if (g_wait != "poll" && g_wait != "select" && g_wait != "epoll")
+                usage();
+            break;
+        default: usage();
+        }
+    }
+    if (opt.addr.empty() || (!opt.server && opt.port == 0 && opt.ports.empty()) || opt.chunk == 0 ||
+        opt.conns < 1)
+        usage();
+    int rc = opt.server ? server_main() : client_main();
+    fflush(stdout);
+    return rc;
+}
