@@ -623,9 +623,6 @@ bool wait_event(Attempt &a, Clock::time_point deadline) noexcept
 
 Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
 {
-    Engine *e = engine();
-    if (e == nullptr)
-        return Reason::resource;
     sockaddr_storage local{}, peer{};
     socklen_t ll = sizeof local, pl = sizeof peer;
     if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &ll) != 0 ||
@@ -641,6 +638,9 @@ Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
     };
     if (loopback(local))
         return Reason::not_rdma_addr;
+    Engine *e = engine();  // started only for a connection that may be offloaded
+    if (e == nullptr)
+        return Reason::resource;
     if (Reason r = cached(reinterpret_cast<sockaddr *>(&peer)); r != Reason::none)
         return r;
     // The probe timeout bounds each wait for an answer from the network (address and
