@@ -185,7 +185,7 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
         SocketRef s = fds[i].fd >= 0 && fdt::offloaded(fds[i].fd) ? fdt::get(fds[i].fd) : SocketRef();
         Conn *c = conn_of(s);
         if (c && c->phase() == Conn::Phase::rdma) {
-            c->sync_shadows();  // the eventfds we sleep on must not be stale
+            c->begin_wait();  // the eventfds we sleep on must be current, and stay so
             map[i] = {1, k.size(), 0, s};
             if (fds[i].events & (POLLIN | POLLRDHUP | POLLPRI)) {
                 k.push_back({c->rd_fd(), POLLIN, 0});
@@ -221,6 +221,15 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
         }
         return RS_REAL(poll)(fds, nfds, timeout_ms);
     }
+    struct EndWait {
+        std::vector<Map> &m;
+        ~EndWait()
+        {
+            for (auto &x : m)
+                if (x.kind == 1)
+                    static_cast<Conn *>(x.s->transport)->end_wait();
+        }
+    } end_wait{map};
     const bool infinite = timeout_ms < 0;
     const auto deadline = Clock::now() + std::chrono::milliseconds(infinite ? 0 : timeout_ms);
     bool first = true;

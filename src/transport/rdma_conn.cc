@@ -506,7 +506,7 @@ void Conn::update_shadows_locked(bool force) noexcept
     // poll/select wake on the completion channel; state changes that come from
     // elsewhere (a reset seen on the TCP socket) force the update.
     if (phase_.load() != Phase::rdma || dead_ ||
-        (!force && shadow_users_.load(std::memory_order_relaxed) == 0))
+        (!force && shadow_users_.load(std::memory_order_relaxed) == 0 && waiters_ == 0))
         return;
     bool r = readable_locked();
     if (r && !rd_set_) {
@@ -577,6 +577,10 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
         } while (std::chrono::steady_clock::now() < end);
     }
     update_shadows_locked(true);  // no stale "readable" left to wake us for nothing
+    // While a thread sleeps here, whoever handles a completion (another thread of the
+    // program, the progress thread) keeps the eventfds current: a credit taken in by a
+    // reader must wake a writer sleeping on the writable eventfd.
+    ++waiters_;
     lk.unlock();
     // The waiting thread also watches the completion channel itself, so a wake-up does
     // not have to go through the progress thread (whichever reads the event first
@@ -585,6 +589,7 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
     int r = RS_REAL(poll)(p, tcp_too ? 3 : 2, tmo);
     int e = errno;
     lk.lock();
+    --waiters_;
     if (r == 0)
         return -EAGAIN;
     if (r < 0 && e == EINTR)

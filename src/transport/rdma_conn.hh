@@ -102,6 +102,19 @@ public:
     // calls sync_shadows() (takes the connection lock) once it holds no other lock.
     void shadow_users(int delta) noexcept;
     void sync_shadows() noexcept;
+    // A poll/select call sleeps on this connection's eventfds (they must then be kept
+    // current by whoever handles a completion), or stops doing so.
+    void begin_wait() noexcept
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        ++waiters_;
+        update_shadows_locked(true);
+    }
+    void end_wait() noexcept
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        --waiters_;
+    }
     int wr_fd() const noexcept { return wr_efd_; }
     int comp_fd() const noexcept;
 
@@ -176,6 +189,7 @@ private:
     int wr_efd_ = -1;
     bool rd_set_ = false;
     std::atomic<int> shadow_users_{0};
+    int waiters_ = 0;  // threads asleep in wait() (under mu_)
     std::atomic<bool> interested_{false};
     bool wr_blocked_ = false;  // wr_efd_ holds the "not writable" value
 
