@@ -561,6 +561,13 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
 {
     int tmo = timeout_ms(tcp_fd_, for_send);
     const bool have_cq = cq_ && !dead_ && phase_.load() == Phase::rdma;
+    // Before the switch, look again at least every 50 ms: the switch happens on another
+    // thread and its wake-up is an eventfd that a later update may drain.
+    bool sliced = false;
+    if (phase_.load() != Phase::rdma && (tmo < 0 || tmo > 50)) {
+        tmo = 50;
+        sliced = true;
+    }
     // Busy-poll mode (RDMASOCK_BUSY_POLL_US): spin on the completion queue for a bounded
     // time before sleeping.  Off by default: an idle process uses no CPU.
     long spin_us = rt::config().busy_poll_us;
@@ -591,9 +598,9 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
     lk.lock();
     --waiters_;
     if (r == 0)
-        return -EAGAIN;
+        return sliced ? 0 : -EAGAIN;  // a slice ended: the caller looks again
     if (r < 0 && e == EINTR)
-        return restart_after_signal(tmo >= 0) ? 0 : -EINTR;
+        return restart_after_signal(tmo >= 0 && !sliced) ? 0 : -EINTR;
     if (r < 0)
         return -e;
     if (have_cq && (p[1].revents & POLLIN)) {
@@ -669,7 +676,8 @@ int Conn::try_confirm_locked() noexcept
         sock_->reason.store(Reason::none, std::memory_order_relaxed);
     rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
     switch_epoll_locked();
-    update_shadows_locked();
+    // No eventfd update here: it could drain the wake-up just written before the
+    // thread waiting for the switch has run.
     RS_DEBUG("connection fd=%d: server switched to RDMA after %llu TCP bytes", tcp_fd_,
              static_cast<unsigned long long>(tcp_sent_));
     return 1;
