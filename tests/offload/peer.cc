@@ -97,6 +97,7 @@ struct Options {
     int accept_delay_ms = 0;  // server: sleep before each accept()
     bool push = false;        // server: write only, never read
     int stall_ms = 0;         // SO_RCVTIMEO/SO_SNDTIMEO on stream connections
+    std::string warmup;       // client: ADDR:PORT to connect to (and close) first
     bool allow_tcp = false;  // scenarios on plain TCP: checks the checks against the kernel
     bool wait_decided = false;
     std::vector<Entry> plan;              // --plan: one entry per connection
@@ -295,6 +296,13 @@ void out_line(const std::string &s)
 struct Counts {
     std::atomic<uint64_t> sent{0}, received{0};
     std::atomic<int> eof{0};
+    std::atomic<long long> max_call_us{0};  // the longest single send/receive call
+    void call_took(long long us)
+    {
+        long long m = max_call_us.load();
+        while (us > m && !max_call_us.compare_exchange_weak(m, us)) {
+        }
+    }
 };
 
 // ---- stream: send and receive with the chosen API ------------------------------------
@@ -364,6 +372,7 @@ uint64_t send_stream(int fd, uint64_t off, uint64_t n, uint32_t salt, Counts &c)
         if (want > n - done)
             want = static_cast<size_t>(n - done);
         ssize_t r;
+        const long long t_call = now_us();
         if (g_api == "sendfile") {
             off_t pos = static_cast<off_t>(done);
             r = sendfile(fd, file, &pos, want);
@@ -388,6 +397,7 @@ uint64_t send_stream(int fd, uint64_t off, uint64_t n, uint32_t salt, Counts &c)
                 die("unknown --api %s", g_api.c_str());
             }
         }
+        c.call_took(now_us() - t_call);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0 && errno == EAGAIN && !g_wait.empty()) {
@@ -430,6 +440,7 @@ uint64_t recv_stream(int fd, uint64_t off, uint64_t n, uint32_t salt, bool expec
         if (want > n - done)
             want = static_cast<size_t>(n - done);
         ssize_t r;
+        const long long t_call = now_us();
         if (g_api == "read" || g_api == "write" || g_api == "sendfile") {
             r = read(fd, buf.data(), want);
         } else if (g_api == "send") {
@@ -452,6 +463,7 @@ uint64_t recv_stream(int fd, uint64_t off, uint64_t n, uint32_t salt, bool expec
                     errorf(kCallFailed, "recvmsg set MSG_TRUNC");
             }
         }
+        c.call_took(now_us() - t_call);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0 && errno == EAGAIN && !g_wait.empty()) {
@@ -1401,6 +1413,7 @@ void serve_connection(int fd, int index, long long connect_us, const std::string
                        " connect_us=" + std::to_string(connect_us) + " " + info_fields(fd) +
                        " sent=" + std::to_string(c.sent.load()) + " received=" +
                        std::to_string(c.received.load()) + " eof=" + std::to_string(c.eof.load()) +
+                       (c.max_call_us.load() > 0 ? " max_call_ms=" + std::to_string(c.max_call_us.load() / 1000) : "") +
                        (g_scenario.empty() ? "" : " scenario=" + g_scenario) + extra;
     long long t_close = now_us();
     if (close(fd) != 0)
@@ -1450,6 +1463,19 @@ int server_main()
 
 int client_main()
 {
+    if (!opt.warmup.empty()) {
+        // One connection (closed at once) before the measured ones: the library's
+        // one-time set-up (its thread, rdma_cm and verbs initialisation) happens here.
+        size_t colon = opt.warmup.rfind(':');
+        sockaddr_in wa = make_addr(opt.warmup.substr(0, colon), atoi(opt.warmup.c_str() + colon + 1));
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        long long t0 = now_us();
+        if (connect(fd, reinterpret_cast<sockaddr *>(&wa), sizeof wa) != 0)
+            die("warm-up connect %s: %s", opt.warmup.c_str(), strerror(errno));
+        long long dt = now_us() - t0;
+        out_line("warmup connect_us=" + std::to_string(dt) + " " + info_fields(fd));
+        close(fd);
+    }
     for (int i = 0, n = conn_count(); i < n; ++i) {
         const std::string sc = opt.scenarios.empty() || opt.helper ? "" : opt.scenarios[static_cast<size_t>(i)];
         const bool nb = opt.nonblock_connect || sc == "nbconnect";
@@ -1510,6 +1536,7 @@ void usage()
             "       [--plan C2S:S2C[:API[:bidir]],...] [--chunk N] [--banner N] [--echo] [--expect-echo]\n"
             "       [--close-exit] [--nonblock-connect] [--wait-decided] [--hold-ms N] [--accept-delay-ms N]\n"
             "       [--wait-mode poll|select|epoll] [--push] [--stall-ms N]\n"
+            "       [--warmup ADDR:PORT]\n"
             "       [--scenario NAME,NAME,... | --helper] [--allow-tcp]\n"
             "  API: write (read) | writev (readv) | send (recv MSG_WAITALL) | sendmsg (recvmsg) | sendfile (read)\n");
     _exit(kUsage);
@@ -1583,6 +1610,7 @@ int main(int argc, char **argv)
         {"hold-ms", required_argument, nullptr, 'h'},  {"allow-tcp", no_argument, nullptr, 'T'},
         {"accept-delay-ms", required_argument, nullptr, 'D'}, {"wait-mode", required_argument, nullptr, 'w'},
         {"push", no_argument, nullptr, 'u'},          {"stall-ms", required_argument, nullptr, 'z'},
+        {"warmup", required_argument, nullptr, 'y'},
         {nullptr, 0, nullptr, 0}};
     optind = 2;
     int ch;
@@ -1610,6 +1638,7 @@ int main(int argc, char **argv)
         case 'D': opt.accept_delay_ms = atoi(optarg); break;
         case 'u': opt.push = true; break;
         case 'z': opt.stall_ms = atoi(optarg); break;
+        case 'y': opt.warmup = optarg; break;
         case 'w':
             g_wait = optarg;
             if (g_wait != "poll" && g_wait != "select" && g_wait != "epoll")
