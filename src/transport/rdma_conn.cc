@@ -25,6 +25,13 @@ constexpr uint32_t kSendDepth = 256;
 constexpr uint32_t kRecvDepth = 512;
 constexpr unsigned kSignalEvery = 16;
 constexpr uint32_t kWantInline = 128;
+// Coalescing (like the kernel's TCP autocorking): a write smaller than kCoalesceBelow is
+// only staged, not posted, while a signalled work request is in flight (so a completion
+// is sure to come; a data message posted when none is in flight is signalled); the
+// staged bytes go out as one message at that completion, before any wait, FIN or close,
+// or as soon as kCoalesceBelow bytes are staged.  A ping-pong never waits: the send
+// completion of a request arrives before its answer.
+constexpr uint64_t kCoalesceBelow = 16384;
 constexpr uint64_t kNotWritable = 0xfffffffffffffffeull;  // eventfd counter: no POLLOUT
 
 size_t iov_total(const msghdr *m) noexcept
@@ -358,6 +365,8 @@ void Conn::poll_cq_locked() noexcept
     if (!failed_ && recv_posted_ < kRecvDepth / 2)
         repost_recv_locked(kRecvDepth - recv_posted_);
     (void)consumed;
+    if (tx_posted_ != tx_prod_ && last_signaled_ <= wr_completed_)
+        flush_locked();  // what the coalesced writes were waiting for has completed
 }
 
 void Conn::handle_recv_locked(uint32_t imm) noexcept
@@ -376,7 +385,7 @@ void Conn::handle_recv_locked(uint32_t imm) noexcept
         break;
     }
     case neg::Imm::credit:
-        if (v > tx_prod_ - tx_acked_) {
+        if (v > tx_posted_ - tx_acked_) {
             fail("peer credited bytes never sent");
             return;
         }
@@ -806,12 +815,17 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
         if (total == 0)
             return 0;
         if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0)) {
-            // Bytes the server sent on TCP before it switched come first.
-            size_t want = msg->msg_iov[0].iov_len;
+            // Bytes the server sent on TCP before it switched come first, into the
+            // program's buffer at `done` (MSG_WAITALL fills it across both sources).
+            size_t i = 0, s = done;
+            while (i < msg->msg_iovlen && s >= msg->msg_iov[i].iov_len)
+                s -= msg->msg_iov[i++].iov_len;
+            size_t want = i < msg->msg_iovlen ? msg->msg_iov[i].iov_len - s : 0;
             if (prefix_known_ && want > prefix_left_)
                 want = static_cast<size_t>(prefix_left_);
             int fl = MSG_DONTWAIT | (flags & MSG_PEEK);
-            ssize_t r = want ? RS_REAL(recv)(tcp_fd_, msg->msg_iov[0].iov_base, want, fl) : 0;
+            ssize_t r = want ? RS_REAL(recv)(tcp_fd_, static_cast<uint8_t *>(msg->msg_iov[i].iov_base) + s, want, fl) : 0;
+            int e = errno;
             if (r > 0) {
                 if (!peek) {
                     if (prefix_known_)
@@ -820,19 +834,25 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
                         tcp_read_ += static_cast<uint64_t>(r);
                     bytes_received_ += static_cast<uint64_t>(r);
                 }
+                done += static_cast<size_t>(r);
                 update_shadows_locked();
-                return r;
+                if (!waitall || done == total)
+                    return static_cast<ssize_t>(done);
+                continue;
             }
             if (r == 0 && want > 0 && !prefix_known_)
-                return 0;  // the server closed before it ever switched: plain EOF
+                return static_cast<ssize_t>(done);  // the server closed before it ever switched: plain EOF
+            if (r < 0 && e != EAGAIN && e != EINTR)
+                return done > 0 ? static_cast<ssize_t>(done) : -e;
             if (!prefix_known_ || prefix_left_ > 0) {
                 if (reset_ || failed_)
-                    return -ECONNRESET;
+                    return done > 0 ? static_cast<ssize_t>(done) : -ECONNRESET;
                 if (nonblocking() || (flags & MSG_DONTWAIT))
-                    return -EAGAIN;
+                    return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
+                flush_locked();
                 int w = wait(rd_efd_, POLLIN, true, false, lk);
                 if (w < 0)
-                    return w;
+                    return done > 0 ? static_cast<ssize_t>(done) : w;
                 continue;
             }
         }
@@ -864,6 +884,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
         }
         if (nonblocking() || (flags & MSG_DONTWAIT))
             return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
+        flush_locked();  // about to sleep for input: what we coalesced goes out first
         int w = wait(rd_efd_, POLLIN, false, false, lk);
         if (w < 0)
             return done > 0 ? static_cast<ssize_t>(done) : w;
@@ -872,26 +893,49 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
 
 /* ---- send ------------------------------------------------------------------------------ */
 
-ssize_t Conn::tx_ring_locked(const msghdr *msg, size_t skip, size_t n) noexcept
+ssize_t Conn::tx_ring_locked(const msghdr *msg, size_t skip, size_t n, bool hold) noexcept
 {
     const uint64_t off = tx_prod_ & (tx_.size - 1);
-    const size_t first = n < tx_.size - off ? n : static_cast<size_t>(tx_.size - off);
-    const uint32_t imm = neg::make_imm(neg::Imm::data, static_cast<uint32_t>(n));
-    // Small and contiguous: inline, straight from the program's buffer.
-    if (n <= max_inline_ && first == n && msg->msg_iovlen >= 1) {
+    ++writes_;
+    // Small and contiguous, nothing staged before it: inline, straight from the program's
+    // buffer.
+    if (!hold && tx_posted_ == tx_prod_ && n <= max_inline_ && n <= tx_.size - off && msg->msg_iovlen >= 1) {
         size_t i = 0, s = skip;
         while (i < msg->msg_iovlen && s >= msg->msg_iov[i].iov_len)
             s -= msg->msg_iov[i++].iov_len;
         if (i < msg->msg_iovlen && msg->msg_iov[i].iov_len - s >= n) {
             const uint8_t *src = static_cast<const uint8_t *>(msg->msg_iov[i].iov_base) + s;
+            const uint32_t imm = neg::make_imm(neg::Imm::data, static_cast<uint32_t>(n));
+            if (last_signaled_ <= wr_completed_)
+                unsignaled_ = kSignalEvery;  // signalled: later small writes coalesce behind it
             if (post_write_locked(off, src, static_cast<uint32_t>(n), 0, true, imm, true) != 0)
                 return -EPIPE;
             tx_prod_ += n;
+            tx_posted_ = tx_prod_;
+            ++data_msgs_;
             return static_cast<ssize_t>(n);
         }
     }
     copy_ring_iov(tx_.mem, tx_.size, tx_prod_, msg, skip, n, false);
-    uint32_t lkey = tx_.mr->lkey();
+    tx_prod_ += n;
+    if (hold && tx_prod_ - tx_posted_ < kCoalesceBelow)
+        return static_cast<ssize_t>(n);  // staged: goes out with the next flush
+    if (flush_locked() != 0)
+        return -EPIPE;
+    return static_cast<ssize_t>(n);
+}
+
+int Conn::flush_locked() noexcept
+{
+    const uint64_t n = tx_prod_ - tx_posted_;
+    if (n == 0 || failed_ || reset_)
+        return failed_ || reset_ ? -EPIPE : 0;
+    const uint64_t off = tx_posted_ & (tx_.size - 1);
+    const uint64_t first = n < tx_.size - off ? n : tx_.size - off;
+    const uint32_t imm = neg::make_imm(neg::Imm::data, static_cast<uint32_t>(n));
+    const uint32_t lkey = tx_.mr->lkey();
+    if (last_signaled_ <= wr_completed_)
+        unsignaled_ = kSignalEvery;  // signalled: later small writes coalesce behind it
     if (first < n) {
         if (post_write_locked(off, tx_.mem + off, static_cast<uint32_t>(first), lkey, false, 0, false) != 0 ||
             post_write_locked(0, tx_.mem, static_cast<uint32_t>(n - first), lkey, true, imm, false) != 0)
@@ -900,8 +944,9 @@ ssize_t Conn::tx_ring_locked(const msghdr *msg, size_t skip, size_t n) noexcept
                                  n <= max_inline_) != 0) {
         return -EPIPE;
     }
-    tx_prod_ += n;
-    return static_cast<ssize_t>(n);
+    tx_posted_ = tx_prod_;
+    ++data_msgs_;
+    return 0;
 }
 
 ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
@@ -957,7 +1002,9 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
             size_t n = total - done < space ? total - done : static_cast<size_t>(space);
             if (n > neg::kImmValueMask)
                 n = neg::kImmValueMask;
-            ssize_t r = tx_ring_locked(msg, done, n);
+            // Coalesce a small write while enough earlier ones are in flight.
+            const bool hold = n < kCoalesceBelow && last_signaled_ > wr_completed_;
+            ssize_t r = tx_ring_locked(msg, done, n, hold);
             if (r < 0)
                 return done > 0 ? static_cast<ssize_t>(done) : r;
             done += static_cast<size_t>(r);
@@ -972,6 +1019,7 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
             return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
         }
         update_shadows_locked();
+        flush_locked();
         int w = wait(wr_efd_, POLLOUT, false, true, lk);
         if (w < 0)
             return done > 0 ? static_cast<ssize_t>(done) : w;
@@ -991,6 +1039,7 @@ int Conn::shutdown(int fd, int how) noexcept
         shut_rd_ = true;
     if (how != SHUT_RD && !shut_wr_) {
         shut_wr_ = true;
+        flush_locked();  // every byte before the FIN
         if (!fin_sent_ && !reset_ && !failed_ && post_ctrl_locked(neg::Imm::fin, 0) == 0)
             fin_sent_ = true;
     }
@@ -1037,7 +1086,12 @@ void Conn::close_connection(bool abortive) noexcept
         post_ctrl_locked(neg::Imm::reset, 0);
         return;
     }
+    if (data_msgs_ > 0)
+        RS_DEBUG("connection fd=%d: %llu writes went out in %llu data messages", tcp_fd_,
+                 static_cast<unsigned long long>(writes_), static_cast<unsigned long long>(data_msgs_));
     if (!fin_sent_) {
+        if (flush_locked() != 0)
+            return;
         unsignaled_ = kSignalEvery;  // make the FIN a signalled request
         if (post_ctrl_locked(neg::Imm::fin, 0) != 0)
             return;

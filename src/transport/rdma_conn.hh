@@ -153,7 +153,11 @@ private:
     int post_ctrl_locked(neg::Imm t, uint32_t v) noexcept;
     void maybe_credit_locked() noexcept;
     int repost_recv_locked(unsigned n) noexcept;
-    ssize_t tx_ring_locked(const msghdr *msg, size_t skip, size_t want) noexcept;
+    // Stage `want` bytes of `msg` (from `skip`) and post them, or only stage them when
+    // `hold` (coalescing; flush_locked() posts them later).
+    ssize_t tx_ring_locked(const msghdr *msg, size_t skip, size_t want, bool hold) noexcept;
+    // Post the staged bytes not yet posted ([tx_posted_, tx_prod_)) as one message.
+    int flush_locked() noexcept;
     // Server phases maybe/verifying: look at the first TCP bytes.  Returns 1 when the
     // switch to rdma happened, 0 when undecided (wait), -1 when decided tcp.
     int try_confirm_locked() noexcept;
@@ -204,7 +208,10 @@ private:
     std::atomic<bool> peer_fin_{false};
 
     // send side
-    uint64_t tx_prod_ = 0;   // bytes written into the peer's ring
+    uint64_t tx_prod_ = 0;   // bytes staged for the peer's ring (accepted from the program)
+    uint64_t tx_posted_ = 0; // bytes posted to the peer's ring (tx_acked_ <= this <= tx_prod_)
+    uint64_t writes_ = 0;    // send calls that moved data (statistics)
+    uint64_t data_msgs_ = 0; // DATA messages posted: fewer than writes_ when coalescing
     uint64_t tx_acked_ = 0;  // bytes the peer has consumed (credited)
     uint64_t tcp_sent_ = 0;  // server: bytes sent on TCP before the switch
     bool shut_wr_ = false;

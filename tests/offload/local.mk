@@ -32,6 +32,17 @@ check-offload: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) 
 check-offload-guest: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la
 	$(SHELL) $(srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/offload_tests
 
-.PHONY: check-offload check-offload-guest
+# Two VMs joined by a network link (tests/vm/run --two-vms): the servers run on VM 2,
+# so the bytes cross a link and writes are really in flight (coalescing, connection cost
+# over a network).  The temporary directory is in the tree, which both VMs share.
+check-offload-2vm: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la
+	rm -rf tests/offload/tmp2vm && mkdir -p tests/offload/tmp2vm
+	$(top_srcdir)/tests/vm/run --two-vms --timeout 600 -- env \
+	  TEST_OFFLOAD_TMP=$(abs_top_builddir)/tests/offload/tmp2vm \
+	  OFFLOAD_LOG=$(abs_top_builddir)/tests/offload/offload_tests.2vm.log $(SHELL) \
+	  $(abs_top_srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/offload_tests --run_test=twovm
+	rm -rf tests/offload/tmp2vm
+
+.PHONY: check-offload check-offload-guest check-offload-2vm
 EXTRA_DIST += tests/offload/run-offload-tests tests/offload/README.md
-CLEANFILES += tests/offload/*.offload.log
+CLEANFILES += tests/offload/*.offload.log tests/offload/*.2vm.log

@@ -203,7 +203,12 @@ struct Sizes {
     uint64_t x;
     size_t max;
     Sizes(uint64_t seed, size_t m) : x(seed | 1), max(m) {}
-    size_t next()
+    size_t next()  // 1 .. max
+    {
+        size_t n = pick();
+        return n < max ? n : max;
+    }
+    size_t pick()
     {
         x ^= x << 13;
         x ^= x >> 7;
