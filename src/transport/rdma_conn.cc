@@ -566,9 +566,21 @@ unsigned Conn::poll_mask(int) noexcept
 }
 
 int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
-               std::unique_lock<std::mutex> &lk) noexcept
+               std::unique_lock<std::mutex> &lk, Deadline &dl) noexcept
 {
     int tmo = timeout_ms(tcp_fd_, for_send);
+    const bool has_timeout = tmo >= 0;
+    if (has_timeout) {
+        auto now = std::chrono::steady_clock::now();
+        if (!dl.set) {
+            dl.set = true;
+            dl.at = now + std::chrono::milliseconds(tmo);
+        }
+        auto left = std::chrono::duration_cast<std::chrono::microseconds>(dl.at - now).count();
+        if (left <= 0)
+            return -EAGAIN;
+        tmo = static_cast<int>((left + 999) / 1000);
+    }
     const bool have_cq = cq_ && !dead_ && phase_.load() == Phase::rdma;
     // Before the switch, look again at least every 50 ms: the switch happens on another
     // thread and its wake-up is an eventfd that a later update may drain.
@@ -609,7 +621,7 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
     if (r == 0)
         return sliced ? 0 : -EAGAIN;  // a slice ended: the caller looks again
     if (r < 0 && e == EINTR)
-        return restart_after_signal(tmo >= 0 && !sliced) ? 0 : -EINTR;
+        return restart_after_signal(has_timeout) ? 0 : -EINTR;
     if (r < 0)
         return -e;
     if (have_cq && (p[1].revents & POLLIN)) {
@@ -778,6 +790,7 @@ void Conn::maybe_credit_locked() noexcept
 ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
 {
     std::unique_lock<std::mutex> lk(mu_);
+    Deadline dl;
     const size_t total = iov_total(msg);
     size_t done = 0;
     const bool peek = flags & MSG_PEEK;
@@ -805,7 +818,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
                 continue;
             if (nonblocking() || (flags & MSG_DONTWAIT))
                 return -EAGAIN;
-            int w = wait(rd_efd_, POLLIN, true, false, lk);
+            int w = wait(rd_efd_, POLLIN, true, false, lk, dl);
             if (w < 0)
                 return w;
             efd_drain(rd_efd_);
@@ -850,7 +863,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
                 if (nonblocking() || (flags & MSG_DONTWAIT))
                     return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
                 flush_locked();
-                int w = wait(rd_efd_, POLLIN, true, false, lk);
+                int w = wait(rd_efd_, POLLIN, true, false, lk, dl);
                 if (w < 0)
                     return done > 0 ? static_cast<ssize_t>(done) : w;
                 continue;
@@ -885,7 +898,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
         if (nonblocking() || (flags & MSG_DONTWAIT))
             return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
         flush_locked();  // about to sleep for input: what we coalesced goes out first
-        int w = wait(rd_efd_, POLLIN, false, false, lk);
+        int w = wait(rd_efd_, POLLIN, false, false, lk, dl);
         if (w < 0)
             return done > 0 ? static_cast<ssize_t>(done) : w;
     }
@@ -952,6 +965,7 @@ int Conn::flush_locked() noexcept
 ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
 {
     std::unique_lock<std::mutex> lk(mu_);
+    Deadline dl;
     const size_t total = iov_total(msg);
     size_t done = 0;
     for (;;) {
@@ -1020,7 +1034,7 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
         }
         update_shadows_locked();
         flush_locked();
-        int w = wait(wr_efd_, POLLOUT, false, true, lk);
+        int w = wait(wr_efd_, POLLOUT, false, true, lk, dl);
         if (w < 0)
             return done > 0 ? static_cast<ssize_t>(done) : w;
     }

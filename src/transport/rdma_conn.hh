@@ -167,7 +167,14 @@ private:
     // Wait (outside mu_) until the shadow `efd` is ready for `events` or the TCP fd has
     // input (when tcp_too), honouring the socket's timeout.  0, -EAGAIN (timed out),
     // -EINTR.
-    int wait(int efd, short events, bool tcp_too, bool for_send, std::unique_lock<std::mutex> &lk) noexcept;
+    // `dl` is the call's deadline (SO_RCVTIMEO/SO_SNDTIMEO counted from the first wait of
+    // the call, as the kernel counts it, however many times the call waits).
+    struct Deadline {
+        bool set = false;
+        std::chrono::steady_clock::time_point at{};
+    };
+    int wait(int efd, short events, bool tcp_too, bool for_send, std::unique_lock<std::mutex> &lk,
+             Deadline &dl) noexcept;
     bool nonblocking() const noexcept;
 
     const Side side_;

@@ -866,6 +866,31 @@ void fallback_pair(const std::string &name, Side s, Side c, const std::set<std::
                  field(*f, "reason") + ")");
 }
 
+// SO_RCVTIMEO on a server socket that is still undecided (its client runs without the
+// library and has sent nothing yet, so no CONFIRM and no first bytes): the read must
+// fail with EAGAIN after the timeout, as the kernel's does, not after the library's own
+// wait for a decision.  The scenario checks 290..1500 ms itself.
+void fallback_rcvtimeo_undecided()
+{
+    const std::string name = "fallback/rcvtimeo_undecided";
+    Side s, c;
+    s.args = {"--scenario", "rcvtimeo", "--allow-tcp"};
+    c.lib = false;
+    c.args = {"--helper", "--conns", "1"};
+    Pair pr = run_pair(name, s, c, 60000);
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    std::string errs;
+    for (const auto &l : split_lines(pr.server.err))
+        if (l.find("scenario rcvtimeo:") != std::string::npos)
+            errs += l + "\n";
+    BOOST_CHECK_MESSAGE(errs.empty(), name << ": " << errs);
+    expect_conn(pr.server, 0, "tcp", {"peer_no_rdmasock"}, -1, -1, name);
+    if (const Fields *f = pr.server.conn(0))
+        note(name + ": read() with SO_RCVTIMEO 300 ms on an undecided server socket: EAGAIN after " +
+             field(*f, "rcvtimeo_ms") + " ms");
+}
+
 void fallback_server_without_lib()
 {
     Side s, c;
@@ -1604,6 +1629,7 @@ bool init_tests()
     add(fb, "push_server", fallback_push_server);
     add(fb, "negative_cache_is_per_port", fallback_cache_per_port);
     add(fb, "cost", [] { connection_cost("fallback/cost", false); });
+    add(fb, "rcvtimeo_undecided", fallback_rcvtimeo_undecided);
     master.add(fb);
 
     // tests/vm/run --two-vms (make check-offload-2vm): the servers run on the other VM,
