@@ -1038,10 +1038,17 @@ void progress_completions(Conn &c, bool on) noexcept
     Engine *e = g_engine;
     if (e == nullptr || !e->running())
         return;
-    if (on)
+    // No engine lock here: a connection's lock may be held (a switch to RDMA adds the
+    // shadow registrations), and the engine's lock comes first.
+    if (on) {
         e->watch_comp(c);
-    else
+    } else if (!c.coalescing_watched()) {  // the progress thread flushes coalesced writes
         e->unwatch_comp(c);
+        // The first coalesced write may have happened meanwhile: it sets the flag, then
+        // watches; whichever way the two interleave, the channel ends up watched.
+        if (c.coalescing_watched())
+            e->watch_comp(c);
+    }
 }
 
 void clear_cache() noexcept

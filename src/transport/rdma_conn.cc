@@ -964,6 +964,16 @@ int Conn::flush_locked() noexcept
 
 ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
 {
+    // Declared before the lock, so it runs after the lock is released (the engine's lock
+    // comes before a connection's).
+    struct WatchAfter {
+        Conn *c = nullptr;
+        ~WatchAfter()
+        {
+            if (c != nullptr)
+                offload::progress_completions(*c, true);
+        }
+    } watch_after;
     std::unique_lock<std::mutex> lk(mu_);
     Deadline dl;
     const size_t total = iov_total(msg);
@@ -1019,6 +1029,8 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
             // Coalesce a small write while enough earlier ones are in flight.
             const bool hold = n < kCoalesceBelow && last_signaled_ > wr_completed_;
             ssize_t r = tx_ring_locked(msg, done, n, hold);
+            if (hold && tx_posted_ != tx_prod_ && !coalescing_watched_.exchange(true))
+                watch_after.c = this;
             if (r < 0)
                 return done > 0 ? static_cast<ssize_t>(done) : r;
             done += static_cast<size_t>(r);

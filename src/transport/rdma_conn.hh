@@ -101,6 +101,10 @@ public:
     // a poll/select call.  They are kept up to date only while watched; a new watcher
     // calls sync_shadows() (takes the connection lock) once it holds no other lock.
     void shadow_users(int delta) noexcept;
+    // Once this connection has held back (coalesced) a write, the progress thread
+    // watches its completions for good: the held bytes must go out at the completion
+    // they wait for even when no thread of the program is in a call or a wait.
+    bool coalescing_watched() const noexcept { return coalescing_watched_.load(); }
     void sync_shadows() noexcept;
     // A poll/select call sleeps on this connection's eventfds (they must then be kept
     // current by whoever handles a completion), or stops doing so.
@@ -200,6 +204,7 @@ private:
     int wr_efd_ = -1;
     bool rd_set_ = false;
     std::atomic<int> shadow_users_{0};
+    std::atomic<bool> coalescing_watched_{false};
     int waiters_ = 0;  // threads asleep in wait() (under mu_)
     std::atomic<bool> interested_{false};
     bool wr_blocked_ = false;  // wr_efd_ holds the "not writable" value

@@ -720,6 +720,34 @@ void small_writes(const std::string &name, bool remote_server, bool must_coalesc
 
 void streams_small_writes() { small_writes("streams/small_writes", false, false); }
 
+// Small writes, coalesced behind a write in flight, and then the writer makes no socket
+// call for 3 s (usleep, not intercepted) before shutdown(): the held bytes must go out at
+// the completion they wait for (the library's own thread), not when the program calls
+// again.  The server notes when its last byte arrived (data_in_ms) and the client how
+// long its writes took (send_ms).  Only across two VMs: in one VM nothing is in flight.
+void coalesced_then_idle(const std::string &name)
+{
+    const int pause = 3000;
+    std::vector<Stream> plan = {{2u << 20, 0, "write", false}, {1u << 20, 0, "write", false}};
+    Side s, c;
+    s.remote = true;
+    s.args = {"--chunk", "100"};
+    c.args = {"--chunk", "100", "--pause-ms", std::to_string(pause)};
+    Pair pr = run_streams(name, plan, s, c);
+    for (size_t i = 0; i < plan.size(); ++i) {
+        const Fields *sf = pr.server.conn(i), *cf = pr.client.conn(i);
+        if (sf == nullptr || cf == nullptr)
+            continue;
+        uint64_t in = num(*sf, "data_in_ms"), sent = num(*cf, "send_ms");
+        note(name + ": connection " + std::to_string(i) + ": the client wrote for " + std::to_string(sent) +
+             " ms, then slept " + std::to_string(pause) + " ms; the server had every byte after " + std::to_string(in) +
+             " ms");
+        BOOST_CHECK_MESSAGE(in < sent + pause / 2, name << ": connection " << i << ": the last bytes arrived after "
+                                                        << in << " ms, the writes took " << sent
+                                                        << " ms: held bytes waited for the program's next call");
+    }
+}
+
 // recv(MSG_WAITALL) of up to 200 bytes while the server's first bytes (written at once
 // after accept(), before the switch) arrive on TCP and the rest through the ring: a call
 // whose buffer straddles the two must still be filled.
@@ -1643,6 +1671,7 @@ bool init_tests()
             run_streams("twovm/streams", {{64u << 20, 64u << 20, "write", false}, {16u << 20, 16u << 20, "write", true}}, s);
         });
         add(two, "small_writes", [] { small_writes("twovm/small_writes", true, true); });
+        add(two, "coalesced_then_idle", [] { coalesced_then_idle("twovm/coalesced_then_idle"); });
         add(two, "cost", [] { connection_cost("twovm/cost", true); });
         master.add(two);
     }

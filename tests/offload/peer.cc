@@ -94,6 +94,7 @@ struct Options {
     bool nonblock_connect = false;
     bool helper = false;
     int hold_ms = 0;
+    int pause_ms = 0;  // client, one-direction streams: sleep between the data and shutdown()
     int accept_delay_ms = 0;  // server: sleep before each accept()
     bool push = false;        // server: write only, never read
     int stall_ms = 0;         // SO_RCVTIMEO/SO_SNDTIMEO on stream connections
@@ -302,6 +303,7 @@ struct Counts {
     std::atomic<uint64_t> sent{0}, received{0};
     std::atomic<int> eof{0};
     std::atomic<long long> max_call_us{0};  // the longest single send/receive call
+    std::atomic<long long> data_done_us{0}; // when the last expected byte was read (before the EOF)
     void call_took(long long us)
     {
         long long m = max_call_us.load();
@@ -506,6 +508,7 @@ uint64_t recv_stream(int fd, uint64_t off, uint64_t n, uint32_t salt, bool expec
         done += static_cast<uint64_t>(r);
         c.received += static_cast<uint64_t>(r);
     }
+    c.data_done_us = now_us();
     if (expect_eof) {
         for (;;) {
             ssize_t r = read(fd, buf.data(), buf.size());
@@ -654,15 +657,20 @@ void stream(int fd, const Entry &e, Counts &c, std::string &extra)
         return;
     }
     if (client) {
+        long long t0 = now_us();
         send_stream(fd, 0, to_send, out_salt, c);
+        extra += " send_ms=" + std::to_string((now_us() - t0) / 1000);
         if (opt.close_exit)
             return;
+        if (opt.pause_ms > 0)  // no socket call at all meanwhile (usleep is not intercepted)
+            usleep(static_cast<useconds_t>(opt.pause_ms) * 1000);
         do_shutdown_wr(fd);
         recv_stream(fd, 0, to_recv, in_salt, true, c);
     } else {
         long long t0 = now_us();
         recv_stream(fd, 0, to_recv, in_salt, true, c);
-        extra += " recv_ms=" + std::to_string((now_us() - t0) / 1000);
+        extra += " recv_ms=" + std::to_string((now_us() - t0) / 1000) +
+                 " data_in_ms=" + std::to_string((c.data_done_us - t0) / 1000);
         extra += std::string(" eof_before_send=") + (c.eof ? "1" : "0");
         t0 = now_us();
         send_stream(fd, 0, to_send, out_salt, c);
@@ -1541,7 +1549,7 @@ void usage()
             "       [--plan C2S:S2C[:API[:bidir]],...] [--chunk N] [--banner N] [--echo] [--expect-echo]\n"
             "       [--close-exit] [--nonblock-connect] [--wait-decided] [--hold-ms N] [--accept-delay-ms N]\n"
             "       [--wait-mode poll|select|epoll] [--push] [--stall-ms N]\n"
-            "       [--warmup ADDR:PORT]\n"
+            "       [--warmup ADDR:PORT] [--pause-ms N]\n"
             "       [--scenario NAME,NAME,... | --helper] [--allow-tcp]\n"
             "  API: write (read) | writev (readv) | send (recv MSG_WAITALL) | sendmsg (recvmsg) | sendfile (read)\n");
     _exit(kUsage);
@@ -1612,7 +1620,7 @@ int main(int argc, char **argv)
         {"expect-echo", no_argument, nullptr, 'E'},    {"close-exit", no_argument, nullptr, 'x'},
         {"nonblock-connect", no_argument, nullptr, 'N'}, {"wait-decided", no_argument, nullptr, 'W'},
         {"scenario", required_argument, nullptr, 'S'}, {"helper", no_argument, nullptr, 'H'},
-        {"hold-ms", required_argument, nullptr, 'h'},  {"allow-tcp", no_argument, nullptr, 'T'},
+        {"hold-ms", required_argument, nullptr, 'h'},  {"pause-ms", required_argument, nullptr, 'Q'},  {"allow-tcp", no_argument, nullptr, 'T'},
         {"accept-delay-ms", required_argument, nullptr, 'D'}, {"wait-mode", required_argument, nullptr, 'w'},
         {"push", no_argument, nullptr, 'u'},          {"stall-ms", required_argument, nullptr, 'z'},
         {"warmup", required_argument, nullptr, 'y'},
@@ -1639,6 +1647,7 @@ int main(int argc, char **argv)
         case 'S': opt.scenarios = split(optarg, ','); break;
         case 'H': opt.helper = true; break;
         case 'h': opt.hold_ms = atoi(optarg); break;
+        case 'Q': opt.pause_ms = atoi(optarg); break;
         case 'T': opt.allow_tcp = true; break;
         case 'D': opt.accept_delay_ms = atoi(optarg); break;
         case 'u': opt.push = true; break;
