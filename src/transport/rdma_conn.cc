@@ -117,6 +117,36 @@ void efd_drain(int fd) noexcept
 
 }  // namespace
 
+namespace {
+// Ring memory: anonymous, aligned to 2 MiB and marked for transparent huge pages where
+// it is that large (registering it then pins a few huge pages instead of hundreds of
+// small ones), never shared copy-on-write with a fork child.  nullptr on failure.
+uint8_t *map_ring(size_t size) noexcept
+{
+    constexpr size_t kHuge = size_t{2} << 20;
+    if (size < kHuge) {
+        void *m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            return nullptr;
+        madvise(m, size, MADV_DONTFORK);
+        return static_cast<uint8_t *>(m);
+    }
+    void *m = mmap(nullptr, size + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return nullptr;
+    auto base = reinterpret_cast<uintptr_t>(m);
+    uintptr_t aligned = (base + kHuge - 1) & ~(kHuge - 1);
+    if (aligned > base)
+        munmap(m, aligned - base);
+    if (uintptr_t end = base + size + kHuge, used = aligned + size; end > used)
+        munmap(reinterpret_cast<void *>(used), end - used);
+    auto *p = reinterpret_cast<uint8_t *>(aligned);
+    madvise(p, size, MADV_HUGEPAGE);
+    madvise(p, size, MADV_DONTFORK);
+    return p;
+}
+}  // namespace
+
 void Conn::Ring::release() noexcept
 {
     mr.reset();
@@ -195,14 +225,12 @@ Reason Conn::create_resources(std::shared_ptr<rdma::CmId> id, unsigned ring_log2
     sq_depth_ = qp_->cap().max_send_wr;
 
     rx_.size = size_t{1} << ring_log2;
-    void *mem = mmap(nullptr, rx_.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) {
+    uint8_t *mem = map_ring(rx_.size);
+    if (mem == nullptr) {
         rx_.size = 0;
         return Reason::resource;
     }
-    rx_.mem = static_cast<uint8_t *>(mem);
-    // Registered memory must not be shared copy-on-write with a fork child.
-    madvise(mem, rx_.size, MADV_DONTFORK);
+    rx_.mem = mem;
     // The only memory a peer can write: this ring, remote write only.
     rx_.mr = rdma::Mr::reg(pd_, mem, rx_.size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &err);
     if (!rx_.mr)
@@ -230,13 +258,12 @@ Reason Conn::set_peer_ring(const neg::RingInfo &r) noexcept
         return Reason::bad_message;
     peer_ring_ = r;
     tx_.size = size_t{1} << r.log2;
-    void *mem = mmap(nullptr, tx_.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) {
+    uint8_t *mem = map_ring(tx_.size);
+    if (mem == nullptr) {
         tx_.size = 0;
         return Reason::resource;
     }
-    tx_.mem = static_cast<uint8_t *>(mem);
-    madvise(mem, tx_.size, MADV_DONTFORK);
+    tx_.mem = mem;
     int err = 0;
     tx_.mr = rdma::Mr::reg(pd_, mem, tx_.size, IBV_ACCESS_LOCAL_WRITE, &err);
     if (!tx_.mr)
