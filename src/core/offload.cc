@@ -27,6 +27,7 @@
 #include "core/runtime.hh"
 #include "log/log.hh"
 #include "rdma/owners.hh"
+#include "transport/kit.hh"
 #include "transport/rdma_conn.hh"
 
 namespace rdmasock::offload {
@@ -1025,6 +1026,7 @@ void retire(Conn &c) noexcept
 
 void after_fork_child() noexcept
 {
+    kits::after_fork_child();
     // The parent's thread does not exist here and its RDMA objects are not usable: drop
     // our view without destroying anything (the parent still owns them).
     if (g_engine != nullptr) {

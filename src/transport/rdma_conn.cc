@@ -117,45 +117,6 @@ void efd_drain(int fd) noexcept
 
 }  // namespace
 
-namespace {
-// Ring memory: anonymous, aligned to 2 MiB and marked for transparent huge pages where
-// it is that large (registering it then pins a few huge pages instead of hundreds of
-// small ones), never shared copy-on-write with a fork child.  nullptr on failure.
-uint8_t *map_ring(size_t size) noexcept
-{
-    constexpr size_t kHuge = size_t{2} << 20;
-    if (size < kHuge) {
-        void *m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED)
-            return nullptr;
-        madvise(m, size, MADV_DONTFORK);
-        return static_cast<uint8_t *>(m);
-    }
-    void *m = mmap(nullptr, size + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED)
-        return nullptr;
-    auto base = reinterpret_cast<uintptr_t>(m);
-    uintptr_t aligned = (base + kHuge - 1) & ~(kHuge - 1);
-    if (aligned > base)
-        munmap(m, aligned - base);
-    if (uintptr_t end = base + size + kHuge, used = aligned + size; end > used)
-        munmap(reinterpret_cast<void *>(used), end - used);
-    auto *p = reinterpret_cast<uint8_t *>(aligned);
-    madvise(p, size, MADV_HUGEPAGE);
-    madvise(p, size, MADV_DONTFORK);
-    return p;
-}
-}  // namespace
-
-void Conn::Ring::release() noexcept
-{
-    mr.reset();
-    if (mem != nullptr)
-        munmap(mem, size);
-    mem = nullptr;
-    size = 0;
-}
-
 Conn::Conn(Side side, int tcp_fd) noexcept
     : side_(side), tcp_fd_(tcp_fd), phase_(side == Side::server ? Phase::maybe : Phase::verifying)
 {
@@ -197,15 +158,21 @@ Reason Conn::create_resources(std::shared_ptr<rdma::CmId> id, unsigned ring_log2
     auto ctx = id_->context();
     if (!ctx)
         return Reason::not_rdma_addr;
-    pd_ = rdma::Pd::create(ctx, &err);
-    if (!pd_)
-        return fail_setup("ibv_alloc_pd", err);
-    chan_ = rdma::CompChannel::create(ctx, &err);
-    if (!chan_ || chan_->set_nonblocking() != 0)
-        return fail_setup("ibv_create_comp_channel", err);
-    cq_ = rdma::Cq::create(ctx, chan_, static_cast<int>(kSendDepth + kRecvDepth + 16), &err);
-    if (!cq_)
-        return fail_setup("ibv_create_cq", err);
+    // The reserve kit if there is one (then the progress thread makes the next), else
+    // built here.
+    kits::Kit k;
+    const int cqe = static_cast<int>(kSendDepth + kRecvDepth + 16);
+    if (!kits::take(ctx->get(), ring_log2, k)) {
+        Reason r = kits::build(ctx, ring_log2, cqe, k);
+        if (r != Reason::none)
+            return r;
+    }
+    kits::refill_async(ctx, ring_log2, cqe);
+    pd_ = std::move(k.pd);
+    chan_ = std::move(k.chan);
+    cq_ = std::move(k.cq);
+    rx_ = std::move(k.rx);
+    spare_tx_ = std::move(k.tx);
     ibv_qp_init_attr attr{};
     attr.qp_type = IBV_QPT_RC;
     attr.sq_sig_all = 0;
@@ -223,21 +190,6 @@ Reason Conn::create_resources(std::shared_ptr<rdma::CmId> id, unsigned ring_log2
         return fail_setup("rdma_create_qp", err);
     max_inline_ = qp_->cap().max_inline_data;
     sq_depth_ = qp_->cap().max_send_wr;
-
-    rx_.size = size_t{1} << ring_log2;
-    uint8_t *mem = map_ring(rx_.size);
-    if (mem == nullptr) {
-        rx_.size = 0;
-        return Reason::resource;
-    }
-    rx_.mem = mem;
-    // The only memory a peer can write: this ring, remote write only.
-    rx_.mr = rdma::Mr::reg(pd_, mem, rx_.size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &err);
-    if (!rx_.mr)
-        fail_setup("ibv_reg_mr", err);
-    if (!rx_.mr)
-        return rdma::memlock_too_small(mem, rx_.size) || err == ENOMEM ? Reason::memlock
-                                                                       : Reason::resource;
     return Reason::none;
 }
 
@@ -257,18 +209,21 @@ Reason Conn::set_peer_ring(const neg::RingInfo &r) noexcept
     if (!neg::valid_ring(r))
         return Reason::bad_message;
     peer_ring_ = r;
-    tx_.size = size_t{1} << r.log2;
-    uint8_t *mem = map_ring(tx_.size);
-    if (mem == nullptr) {
-        tx_.size = 0;
-        return Reason::resource;
+    const size_t size = size_t{1} << r.log2;
+    if (spare_tx_.size == size) {  // the kit's staging ring fits (the usual case)
+        tx_ = std::move(spare_tx_);
+        return Reason::none;
     }
-    tx_.mem = mem;
+    spare_tx_.release();
+    tx_.mem = kits::map_ring(size);
+    if (tx_.mem == nullptr)
+        return Reason::resource;
+    tx_.size = size;
     int err = 0;
-    tx_.mr = rdma::Mr::reg(pd_, mem, tx_.size, IBV_ACCESS_LOCAL_WRITE, &err);
+    tx_.mr = rdma::Mr::reg(pd_, tx_.mem, tx_.size, IBV_ACCESS_LOCAL_WRITE, &err);
     if (!tx_.mr)
-        return rdma::memlock_too_small(mem, tx_.size) || err == ENOMEM ? Reason::memlock
-                                                                       : Reason::resource;
+        return rdma::memlock_too_small(tx_.mem, tx_.size) || err == ENOMEM ? Reason::memlock
+                                                                           : Reason::resource;
     return Reason::none;
 }
 

@@ -22,6 +22,7 @@
 #include "core/offload.hh"
 #include "core/reason.hh"
 #include "rdma/owners.hh"
+#include "transport/kit.hh"
 #include "transport/transport.hh"
 
 namespace rdmasock {
@@ -139,12 +140,6 @@ public:
     void set_self(const std::shared_ptr<Conn> &s) noexcept { self_ = s; }
 
 private:
-    struct Ring {
-        uint8_t *mem = nullptr;
-        size_t size = 0;
-        std::shared_ptr<rdma::Mr> mr;
-        void release() noexcept;
-    };
 
     // All *_locked functions need mu_ held.
     void poll_cq_locked() noexcept;
@@ -194,8 +189,9 @@ private:
     std::shared_ptr<rdma::CompChannel> chan_;
     std::shared_ptr<rdma::Cq> cq_;
     std::shared_ptr<rdma::Qp> qp_;
-    Ring rx_;
-    Ring tx_;
+    kits::RingMem rx_;
+    kits::RingMem tx_;
+    kits::RingMem spare_tx_;  // the kit's staging ring, until the peer's ring size is known
     neg::RingInfo peer_ring_{};
     neg::Nonce nonce_{};
     uint32_t max_inline_ = 0;
