@@ -362,6 +362,7 @@ void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
         r = c->post_initial_receives();
     if (r != Reason::none) {
         reject(p.id->get(), r);
+        c->note_declined(r);
         RS_DEBUG("declined an RDMA request: %s", reason_code(r));
         return;
     }

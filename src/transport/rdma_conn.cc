@@ -646,13 +646,16 @@ int Conn::try_confirm_locked() noexcept
     ssize_t n = RS_REAL(recv)(tcp_fd_, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return 0;
+    const Reason declined = declined_.load(std::memory_order_relaxed);
+    const Reason not_confirm = p != Phase::maybe ? Reason::bad_message
+                               : declined != Reason::none ? declined : Reason::peer_no_rdmasock;
     if (n <= 0) {
-        decide_tcp_locked(p == Phase::maybe ? Reason::peer_no_rdmasock : Reason::bad_message);
+        decide_tcp_locked(not_confirm);
         return -1;
     }
     auto m = neg::match_confirm(buf, static_cast<size_t>(n), p == Phase::verifying ? &nonce_ : nullptr);
     if (m == neg::ConfirmMatch::no) {
-        decide_tcp_locked(p == Phase::maybe ? Reason::peer_no_rdmasock : Reason::bad_message);
+        decide_tcp_locked(not_confirm);
         return -1;
     }
     if (m == neg::ConfirmMatch::partial)

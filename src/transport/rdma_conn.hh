@@ -53,6 +53,10 @@ public:
 
     // Client: the RDMA connection is established and CONFIRM written: go to rdma.
     void client_switched() noexcept;
+    // Server: this process declined the client's RDMA request for `why` (memlock,
+    // resources): the socket, once decided TCP, reports that rather than
+    // peer_no_rdmasock.
+    void note_declined(Reason why) noexcept { declined_.store(why, std::memory_order_relaxed); }
     // Server: the RDMA connection for this socket is established: wait for CONFIRM.
     void server_established() noexcept;
     // The RDMA side is gone before the switch (reject, disconnect, error): tcp.
@@ -201,6 +205,7 @@ private:
     bool rd_set_ = false;
     std::atomic<int> shadow_users_{0};
     std::atomic<bool> coalescing_watched_{false};
+    std::atomic<Reason> declined_{Reason::none};
     int waiters_ = 0;  // threads asleep in wait() (under mu_)
     std::atomic<bool> interested_{false};
     bool wr_blocked_ = false;  // wr_efd_ holds the "not writable" value

@@ -164,6 +164,7 @@ struct Side {
     bool lib = true;
     bool nordma = false;  // run inside the namespace (`ip netns exec`)
     bool remote = false;  // run on the other VM (tests/vm/run --two-vms)
+    std::vector<std::string> prefix;  // a command that runs the peer (prlimit, setpriv ...)
     std::string addr;     // server: bind address; client: connect address (default cfg.addr)
     std::vector<std::string> args;
     std::vector<std::pair<std::string, std::string>> env;
@@ -268,6 +269,7 @@ std::vector<std::string> side_argv(const Side &s, const std::string &mode, const
     if (s.nordma) {
         a = {"ip", "netns", "exec", cfg.nordma_ns};
     }
+    a.insert(a.end(), s.prefix.begin(), s.prefix.end());
     a.push_back(cfg.peer);
     a.push_back(mode);
     a.push_back("--addr");
@@ -917,6 +919,21 @@ void fallback_rcvtimeo_undecided()
     if (const Fields *f = pr.server.conn(0))
         note(name + ": read() with SO_RCVTIMEO 300 ms on an undecided server socket: EAGAIN after " +
              field(*f, "rcvtimeo_ms") + " ms");
+}
+
+// The locked-memory limit too small for the rings (64 KiB, CAP_IPC_LOCK dropped, 1 MiB
+// rings asked for) on one side: that side's reason is memlock, the other side's says
+// what it saw (the client: memlock from the server's DECLINE; the server: the client
+// never asked), and the bytes go over TCP.
+void fallback_memlock(bool client_limited)
+{
+    const std::string name = std::string("fallback/memlock_") + (client_limited ? "client" : "server");
+    Side s, c;
+    Side &lim = client_limited ? c : s;
+    lim.prefix = {"prlimit", "--memlock=65536:65536", "setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock"};
+    lim.env = {{"RDMASOCK_RING_KB", "1024"}};
+    fallback_pair(name, s, c, client_limited ? std::set<std::string>{"peer_no_rdmasock"} : std::set<std::string>{"memlock"},
+                  {"memlock"}, 2);
 }
 
 void fallback_server_without_lib()
@@ -1658,6 +1675,8 @@ bool init_tests()
     add(fb, "negative_cache_is_per_port", fallback_cache_per_port);
     add(fb, "cost", [] { connection_cost("fallback/cost", false); });
     add(fb, "rcvtimeo_undecided", fallback_rcvtimeo_undecided);
+    add(fb, "memlock_client", [] { fallback_memlock(true); });
+    add(fb, "memlock_server", [] { fallback_memlock(false); });
     master.add(fb);
 
     // tests/vm/run --two-vms (make check-offload-2vm): the servers run on the other VM,
