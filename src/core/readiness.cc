@@ -32,7 +32,14 @@ struct Set {
 };
 
 std::mutex g_mu;
-std::map<int, Set> g_sets;            // epfd -> registrations of offloaded fds
+// epfd -> registrations of offloaded fds.  Never destroyed: the library's threads may
+// still close descriptors (through the close hook) while the process runs its static
+// destructors at exit.
+std::map<int, Set> &sets() noexcept
+{
+    static auto *m = new std::map<int, Set>();
+    return *m;
+}
 std::atomic<int> g_shadow_regs{0};    // registrations currently on shadows, all sets
 std::atomic<int> g_sets_count{0};
 
@@ -103,8 +110,8 @@ int fixup(int epfd, epoll_event *ev, int n) noexcept
     std::vector<Hit> hits;
     {
         std::lock_guard<std::mutex> lk(g_mu);
-        auto it = g_sets.find(epfd);
-        if (it == g_sets.end() || it->second.by_data.empty())
+        auto it = sets().find(epfd);
+        if (it == sets().end() || it->second.by_data.empty())
             return n;
         for (int i = 0; i < n; ++i) {
             auto d = it->second.by_data.find(ev[i].data.u64);
@@ -447,7 +454,7 @@ int epoll_ctl(int epfd, int op, int fd, epoll_event *ev) noexcept
 namespace {
 int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcept
 {
-    Set &set = g_sets[epfd];
+    Set &set = sets()[epfd];
     if (set.regs.empty() && set.by_data.empty())
         g_sets_count.fetch_add(1, std::memory_order_relaxed);
     auto it = set.regs.find(fd);
@@ -554,7 +561,7 @@ int epoll_pwait2(int epfd, epoll_event *ev, int maxev, const timespec *tmo, cons
 void on_switch_to_rdma(int fd, Conn &c) noexcept
 {
     std::lock_guard<std::mutex> lk(g_mu);
-    for (auto &kv : g_sets) {
+    for (auto &kv : sets()) {
         auto it = kv.second.regs.find(fd);
         if (it == kv.second.regs.end() || it->second.on_shadows)
             continue;
@@ -567,7 +574,7 @@ void on_decided_tcp(int fd) noexcept
 {
     // The registrations stay with the kernel on the TCP fd; we only forget them.
     std::lock_guard<std::mutex> lk(g_mu);
-    for (auto &kv : g_sets)
+    for (auto &kv : sets())
         kv.second.regs.erase(fd);
 }
 
@@ -576,15 +583,15 @@ void on_close(int fd) noexcept
     if (g_sets_count.load(std::memory_order_relaxed) == 0)
         return;
     std::lock_guard<std::mutex> lk(g_mu);
-    auto own = g_sets.find(fd);
-    if (own != g_sets.end()) {  // an epoll fd holding registrations
+    auto own = sets().find(fd);
+    if (own != sets().end()) {  // an epoll fd holding registrations
         for (auto &kv : own->second.regs)
             if (kv.second.on_shadows)
                 g_shadow_regs.fetch_sub(1, std::memory_order_relaxed);
-        g_sets.erase(own);
+        sets().erase(own);
         g_sets_count.fetch_sub(1, std::memory_order_relaxed);
     }
-    for (auto &kv : g_sets) {
+    for (auto &kv : sets()) {
         auto it = kv.second.regs.find(fd);
         if (it == kv.second.regs.end())
             continue;

@@ -20,7 +20,13 @@ enum State : int { kIdle, kStarting, kOn, kOff };
 
 std::atomic<int> g_state{kIdle};
 bool g_secure = false;
-Config g_config;
+// Never destroyed (its strings are read by the library's threads, which may still run
+// while the process runs its static destructors at exit).
+Config &the_config() noexcept
+{
+    static auto *c = new Config();
+    return *c;
+}
 Reason g_default_reason = Reason::pending;
 thread_local bool t_starting = false;
 
@@ -29,9 +35,9 @@ void env_warn(const char *line, void *) { log::write(log::kWarn, "%s", line); }
 
 void start() noexcept
 {
-    g_config = load_config(env_get, nullptr, env_warn, nullptr);
-    log::configure(static_cast<int>(g_config.log_level), g_config.log_file.c_str());
-    if (!g_config.enable) {
+    the_config() = load_config(env_get, nullptr, env_warn, nullptr);
+    log::configure(static_cast<int>(the_config().log_level), the_config().log_file.c_str());
+    if (!the_config().enable) {
         g_default_reason = Reason::disabled;
         RS_DEBUG("offload disabled by RDMASOCK_ENABLE=0");
         return;
@@ -84,7 +90,7 @@ bool ensure_started() noexcept
     return s == kOn;
 }
 
-const Config &config() noexcept { return g_config; }
+const Config &config() noexcept { return the_config(); }
 
 Reason default_reason() noexcept { return g_default_reason; }
 

@@ -53,11 +53,21 @@ public:
         tcp_info ti{};
         socklen_t len = sizeof ti;
         int saved = errno;
-        if (RS_REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
-            len >= offsetof(tcp_info, tcpi_bytes_retrans) + sizeof ti.tcpi_bytes_retrans) {
-            int unsent = 0, unread = 0;
+        // The kernel may transmit between the two questions (bytes move from "not sent"
+        // to "sent"): ask for the unsent count before and after TCP_INFO, until it did
+        // not change.
+        int unsent = 0, before = -1;
+        bool got = false;
+        for (int tries = 0; tries < 16 && unsent != before; ++tries) {
+            if (RS_REAL(ioctl)(fd, SIOCOUTQNSD, &before) < 0)
+                before = 0;
+            len = sizeof ti;
+            got = RS_REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0;
             if (RS_REAL(ioctl)(fd, SIOCOUTQNSD, &unsent) < 0)
                 unsent = 0;
+        }
+        if (got && len >= offsetof(tcp_info, tcpi_bytes_retrans) + sizeof ti.tcpi_bytes_retrans) {
+            int unread = 0;
             if (RS_REAL(ioctl)(fd, SIOCINQ, &unread) < 0)
                 unread = 0;
             // States of include/net/tcp_states.h.
@@ -88,10 +98,14 @@ public:
     void destroy() noexcept override {}
 };
 
-KernelTcp g_kernel_tcp;
-
 }  // namespace
 
-Transport &kernel_tcp() noexcept { return g_kernel_tcp; }
+// Never destroyed: a destroyed polymorphic object must not be reached by the library's
+// threads at exit.
+Transport &kernel_tcp() noexcept
+{
+    static auto *k = new KernelTcp();
+    return *k;
+}
 
 }  // namespace rdmasock
