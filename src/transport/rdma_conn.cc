@@ -838,8 +838,15 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
                     return static_cast<ssize_t>(done);
                 continue;
             }
-            if (r == 0 && want > 0 && !prefix_known_)
+            if (r == 0 && want > 0 && !prefix_known_) {
+                // The server closes its TCP socket only after its RDMA FIN completed, so a
+                // PREFIX it sent is in our completion queue by now: look once more (the
+                // TCP EOF may have arrived after this call's first look).
+                poll_cq_locked();
+                if (prefix_known_)
+                    continue;
                 return static_cast<ssize_t>(done);  // the server closed before it ever switched: plain EOF
+            }
             if (r < 0 && e != EAGAIN && e != EINTR)
                 return done > 0 ? static_cast<ssize_t>(done) : -e;
             if (!prefix_known_ || prefix_left_ > 0) {
