@@ -188,47 +188,36 @@ int family_arg(const char *s)
 }
 const char *family_name(int fam) { return fam == AF_INET ? "inet" : "inet6"; }
 
+// An address of family fam from environment variable `name`: false when unset; a
+// value that is not such an address is fatal.
+struct EnvAddr {
+    bool set = false;
+    unsigned char bytes[sizeof(in6_addr)] = {};
+};
+EnvAddr parse_env_addr(const char *name, int fam)
+{
+    EnvAddr a;
+    const char *v = getenv(name);
+    if (v == nullptr || *v == '\0')
+        return a;
+    if (inet_pton(fam, v, a.bytes) != 1) {
+        out("FATAL %s=%s is not an %s address", name, v, fam == AF_INET ? "IPv4" : "IPv6");
+        exit(2);
+    }
+    a.set = true;
+    return a;
+}
+
 // The address given in SOCKPROBE_ADDR (fam AF_INET) or SOCKPROBE_ADDR6 (AF_INET6), read
-// once; false when unset.  A value that is not an address of that family is fatal.
+// once, copied to dst (an in_addr or in6_addr) unless null; false when unset.
 bool env_addr(int fam, void *dst)
 {
-    struct Parsed {
-        bool set = false;
-        in_addr v4{};
-        in6_addr v6{};
-    };
-    static const Parsed p4 = [] {
-        Parsed p;
-        const char *v = getenv("SOCKPROBE_ADDR");
-        if (v != nullptr && *v != '\0') {
-            if (inet_pton(AF_INET, v, &p.v4) != 1) {
-                out("FATAL SOCKPROBE_ADDR=%s is not an IPv4 address", v);
-                exit(2);
-            }
-            p.set = true;
-        }
-        return p;
-    }();
-    static const Parsed p6 = [] {
-        Parsed p;
-        const char *v = getenv("SOCKPROBE_ADDR6");
-        if (v != nullptr && *v != '\0') {
-            if (inet_pton(AF_INET6, v, &p.v6) != 1) {
-                out("FATAL SOCKPROBE_ADDR6=%s is not an IPv6 address", v);
-                exit(2);
-            }
-            p.set = true;
-        }
-        return p;
-    }();
-    const Parsed &p = fam == AF_INET ? p4 : p6;
-    if (p.set && dst != nullptr) {
-        if (fam == AF_INET)
-            memcpy(dst, &p.v4, sizeof p.v4);
-        else
-            memcpy(dst, &p.v6, sizeof p.v6);
-    }
-    return p.set;
+    static const EnvAddr a4 = parse_env_addr("SOCKPROBE_ADDR", AF_INET);
+    static const EnvAddr a6 = parse_env_addr("SOCKPROBE_ADDR6", AF_INET6);
+    const EnvAddr &a = fam == AF_INET ? a4 : a6;
+    if (a.set && dst != nullptr)
+        memcpy(dst, a.bytes, fam == AF_INET ? sizeof(in_addr) : sizeof(in6_addr));
+    return a.set;
 }
 
 // The scenarios' local address: loopback, or SOCKPROBE_ADDR / SOCKPROBE_ADDR6 when set.
