@@ -811,9 +811,7 @@ handler ran: 1
 select a closed fd = -1 EBADF
 )")
 
-// RDMA mode, library bug: EPOLL_CTL_MOD of an EPOLLEXCLUSIVE registration of an
-// offloaded socket returns 0; the kernel (and the library for a TCP socket) says EINVAL.
-PARITY_CASE_BUG(epoll_level_triggered, ({"epoll-lt"}), nullptr, 1,
+PARITY_CASE(epoll_level_triggered, ({"epoll-lt"}), nullptr,
 R"(ADD c EPOLLIN = 0
 ADD c again = -1 EEXIST
 MOD s (not added) = -1 ENOENT
