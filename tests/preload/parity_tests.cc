@@ -217,6 +217,9 @@ void check_offload(const std::vector<std::string> &args, const harness::LogCheck
 const std::string kLib = RDMASOCK_BUILD_LIB;
 const std::string kProbe = SOCKPROBE;
 constexpr int kTimeoutMs = 30000;
+// RDMA mode: sockprobe's own watchdog is 40 s there (probe timeouts in connect, and a
+// known bug's cascade of 3 s waits in signals_eintr_restart): kill it only after that.
+int run_timeout_ms() { return rdma_mode() ? 60000 : kTimeoutMs; }
 
 struct Runs {
     std::vector<std::string> args;
@@ -273,8 +276,8 @@ Runs parity(const std::vector<std::string> &args, const std::string &expected)
         harness::set_var(env_lib, "RDMASOCK_PROBE_TIMEOUT_MS", probe_ms);
     Runs r;
     r.args = args;
-    r.plain = harness::run(argv, env, kTimeoutMs);
-    r.pre = harness::run(argv, env_lib, kTimeoutMs);
+    r.plain = harness::run(argv, env, run_timeout_ms());
+    r.pre = harness::run(argv, env_lib, run_timeout_ms());
 
     BOOST_CHECK_MESSAGE(r.plain.exit_code() == 0, "without the library: " << r.plain.describe());
     BOOST_CHECK_MESSAGE(r.pre.exit_code() == 0, "with the library: " << r.pre.describe());
