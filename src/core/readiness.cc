@@ -510,6 +510,12 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
             it->second.data = ev->data;
             return 0;
         }
+        // As the kernel: an EPOLLEXCLUSIVE registration cannot be modified, nor can
+        // EPOLLEXCLUSIVE be set by a MOD (EINVAL).
+        if ((it->second.events | ev->events) & EPOLLEXCLUSIVE) {
+            errno = EINVAL;
+            return -1;
+        }
         del_shadows(epfd, set, fd, it->second);
         it->second.events = ev->events;
         it->second.data = ev->data;

@@ -27,3 +27,19 @@ tests_preload_program_tests_CPPFLAGS = $(preload_test_cppflags)
 tests_preload_program_tests_LDADD = $(BOOST_TEST_LIBS) -lpthread
 
 TESTS += tests/preload/parity_tests tests/preload/program_tests
+
+# RDMA mode (tests/preload/README.md): the parity suite with both ends of every TCP
+# connection offloaded, inside the soft-RoCE VM.  Besides parity with the kernel, each
+# case asserts from the close-time log lines which connections were on RDMA and why the
+# others were not.  A skip (no device) fails; the last line is "N passed, N failed".
+check-parity-rdma: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la
+	$(top_srcdir)/tests/vm/run --timeout 400 -- $(SHELL) \
+	  $(abs_top_srcdir)/tests/preload/run-parity-rdma $(abs_top_builddir)/tests/preload/parity_tests
+
+# The same where a device already is (inside the VM, or a host with RDMA).
+check-parity-rdma-guest: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la
+	$(SHELL) $(srcdir)/tests/preload/run-parity-rdma $(abs_top_builddir)/tests/preload/parity_tests
+
+.PHONY: check-parity-rdma check-parity-rdma-guest
+EXTRA_DIST += tests/preload/run-parity-rdma tests/preload/README.md
+CLEANFILES += tests/preload/*.parity-rdma.log

@@ -11,9 +11,20 @@
 //
 // The expected transcripts were taken from Linux (6.x) and checked against the kernel's
 // documented behaviour; lines starting with "addr " are run-dependent and left out.
+//
+// RDMA mode: with TEST_PARITY_ADDR=IPV4 (an address on an RDMA device; optionally
+// TEST_PARITY_ADDR6=IPV6 too) both runs pass it to sockprobe as SOCKPROBE_ADDR(6), so
+// that both ends of every TCP connection can be offloaded, and every case also asserts
+// what each close-time log line says: offload_expectation() below states, per
+// scenario, how many connections must be on RDMA (a client and a server line in one
+// process, addresses mirrored) and the role and reason of every line on TCP, with why.
+// TEST_PARITY_PROBE_TIMEOUT_MS sets RDMASOCK_PROBE_TIMEOUT_MS for the library run.
+// tests/preload/run-parity-rdma runs this in the soft-RoCE VM (make check-parity-rdma).
 #define BOOST_TEST_MODULE rdmasock preload parity
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -34,11 +45,184 @@ namespace {
 
 using harness::Fields;
 
+std::string env_str(const char *name)
+{
+    const char *v = getenv(name);
+    return v != nullptr ? v : "";
+}
+
+const std::string kAddr = env_str("TEST_PARITY_ADDR");
+const std::string kAddr6 = env_str("TEST_PARITY_ADDR6");
+
+bool rdma_mode() { return !kAddr.empty(); }
+
+// Known library bugs that make a case differ when offloaded (see each case): that many
+// failing assertions are expected in RDMA mode only; without it, none.
+unsigned rdma_bug(unsigned assertions) { return rdma_mode() ? assertions : 0; }
+
+// Can the scenario's TCP connections be offloaded: RDMA mode, and for inet6 scenarios
+// an IPv6 address too.
+bool offloadable(const std::vector<std::string> &args)
+{
+    bool v6 = std::find(args.begin(), args.end(), "inet6") != args.end();
+    return rdma_mode() && (!v6 || !kAddr6.empty());
+}
+
+// What RDMA mode expects of a scenario's close lines.
+struct Offload {
+    unsigned rdma = 0;  // connections on RDMA, both ends
+    std::vector<std::string> tcp;  // "ROLE REASON" of every other close line
+};
+
+// A connection made on a loopback address when no address of its family is given.
+std::vector<std::string> loopback_conn(unsigned n)
+{
+    std::vector<std::string> v;
+    for (unsigned i = 0; i < n; ++i) {
+        v.push_back("client not_rdma_addr");
+        v.push_back("server peer_no_rdmasock");
+    }
+    return v;
+}
+
+// Per scenario (its arguments joined by spaces).  false when there is no entry: that
+// fails the case, nothing is skipped.
+bool offload_expectation(const std::vector<std::string> &args, Offload *o)
+{
+    std::string key;
+    for (auto &a : args)
+        key += (key.empty() ? "" : " ") + a;
+    const bool six = !kAddr6.empty();
+    static const std::set<std::string> one_pair = {
+        "stream rw inet", "stream iov inet", "stream sendrecv inet", "stream msg inet",
+        "stream sendfile inet", "epipe", "eagain", "fill", "connstate", "epoll-lt", "epoll-et",
+        "epoll-oneshot", "epoll-rdhup", "epoll-nested", "peek", "waitall", "dontwait", "dup",
+        // unix: its only TCP connection is the one passed with SCM_RIGHTS
+        "unix", "closelog inet exact", "closelog inet eof", "closelog-queued inet"};
+    static const std::set<std::string> one_pair6 = {
+        "stream rw inet6", "stream msg inet6", "closelog inet6 exact", "closelog inet6 eof",
+        "closelog-queued inet6"};
+    *o = Offload();
+    if (one_pair.count(key)) {
+        o->rdma = 1;
+    } else if (one_pair6.count(key)) {
+        if (six)
+            o->rdma = 1;
+        else
+            o->tcp = loopback_conn(1);
+    } else if (key == "timeouts" || key == "halfclose" || key == "dup2-live") {
+        o->rdma = 2;  // two tcp_pair()s
+    } else if (key == "refused" || key == "ebadf" || key == "pipe" || key == "udp") {
+        // refused connects only (no close line for a connect that failed blocking), no
+        // TCP connection, pipes, UDP: nothing to log
+    } else if (key == "nbrefused" || key == "epoll-refused") {
+        // nonblocking connects refused: the socket never completed a connection
+        unsigned n = key == "nbrefused" ? 2 : 4;  // one (two) per family
+        for (unsigned i = 0; i < n; ++i)
+            o->tcp.push_back("client not_connected");
+    } else if (key == "nbconnect") {
+        // One thread connects (nonblocking: the library negotiates inside connect() all
+        // the same) before it accepts: nobody reads the server end while the client waits
+        // for the RDMA answer, so the client gives up after the probe timeout; the
+        // server end then reads bytes that are no CONFIRM.  Once per family.
+        for (int i = 0; i < 2; ++i) {
+            o->tcp.push_back("client timeout");
+            o->tcp.push_back("server peer_no_rdmasock");
+        }
+    } else if (key == "poll" || key == "ppoll" || key == "select" || key == "pselect") {
+        // The main pair on RDMA; the second connection (c2) is connected before it is
+        // accepted (the scenario watches the listener become readable) and its server
+        // end is never read: the client times out, the server end is closed undecided.
+        o->rdma = 1;
+        o->tcp = {"client timeout", "server pending"};
+    } else if (key == "signals") {
+        // The main pair on RDMA; the connection a thread makes to wake the blocked
+        // accept() (SA_RESTART part) is never read on the server side, which the scenario
+        // leaves open (no line): the client times out.
+        o->rdma = 1;
+        o->tcp = {"client timeout"};
+    } else if (key == "close-read") {
+        // Parts 1 and 2 use offloadable pairs; part 2's new socket connects before its
+        // server end is accepted (timeout), then its server end reads a non-CONFIRM;
+        // part 3 makes no connection.
+        o->rdma = 2;
+        o->tcp = {"client timeout", "server peer_no_rdmasock"};
+    } else if (key == "fork") {
+        // Three connections shared with a fork child, made connect-then-accept (an
+        // offloaded connection cannot be used by a fork child: rdmasock(7)); the client
+        // gives up after the probe timeout (the first) or the cached timeout.  Lines per
+        // process that closes a copy: (1) child closes both ends: server forked, client
+        // timeout; parent: client timeout, server read a non-CONFIRM.  (2) parent closes
+        // its server copy unread: pending; child: server forked, client timeout; parent:
+        // client timeout.  (3) the child _exits (no lines); parent: client timeout,
+        // server read a non-CONFIRM.
+        o->tcp = {"server forked",  "client timeout", "client timeout", "server peer_no_rdmasock",
+                  "server pending", "server forked",  "client timeout", "client timeout",
+                  "client timeout", "server peer_no_rdmasock"};
+    } else {
+        return false;
+    }
+    return true;
+}
+
+// RDMA mode: the close lines are what offload_expectation() says.
+void check_offload(const std::vector<std::string> &args, const harness::LogCheck &lc, const std::string &log)
+{
+    Offload want;
+    BOOST_REQUIRE_MESSAGE(offload_expectation(args, &want), "no RDMA expectation for scenario " << args[0]);
+    std::vector<Fields> rdma;
+    std::vector<std::string> tcp;
+    for (auto &f : lc.closes) {
+        if (f.at("transport") == "rdma") {
+            BOOST_CHECK_MESSAGE(!f.count("reason"), "an rdma close line with a reason\n" << log);
+            rdma.push_back(f);
+        } else {
+            tcp.push_back(f.at("role") + " " + (f.count("reason") ? f.at("reason") : "?"));
+        }
+    }
+    // Each connection on RDMA: a client line and a server line of one process with the
+    // addresses mirrored.
+    unsigned pairs = 0, unmatched = 0;
+    std::vector<bool> used(rdma.size(), false);
+    for (size_t i = 0; i < rdma.size(); ++i) {
+        if (rdma[i].at("role") != "client")
+            continue;
+        bool found = false;
+        for (size_t j = 0; j < rdma.size() && !found; ++j)
+            if (!used[j] && rdma[j].at("role") == "server" && rdma[j].at("pid") == rdma[i].at("pid") &&
+                rdma[j].at("local") == rdma[i].at("peer") && rdma[j].at("peer") == rdma[i].at("local")) {
+                used[j] = found = true;
+                used[i] = true;
+            }
+        if (found)
+            ++pairs;
+    }
+    for (bool u : used)
+        unmatched += u ? 0 : 1;
+    BOOST_CHECK_MESSAGE(pairs == want.rdma && unmatched == 0,
+                        "want " << want.rdma << " connection(s) on RDMA with both ends logged, got " << pairs
+                                << " (and " << unmatched << " rdma line(s) without their other end)\n"
+                                << log);
+    std::sort(tcp.begin(), tcp.end());
+    std::sort(want.tcp.begin(), want.tcp.end());
+    std::string got_s, want_s;
+    for (auto &t : tcp)
+        got_s += "[" + t + "] ";
+    for (auto &t : want.tcp)
+        want_s += "[" + t + "] ";
+    BOOST_CHECK_MESSAGE(tcp == want.tcp, "close lines on TCP (role reason): got " << got_s << "want " << want_s
+                                                                                 << "\n" << log);
+}
+
 const std::string kLib = RDMASOCK_BUILD_LIB;
 const std::string kProbe = SOCKPROBE;
 constexpr int kTimeoutMs = 30000;
+// RDMA mode: sockprobe's own watchdog is 40 s there (probe timeouts in connect, and a
+// known bug's cascade of 3 s waits in signals_eintr_restart): kill it only after that.
+int run_timeout_ms() { return rdma_mode() ? 60000 : kTimeoutMs; }
 
 struct Runs {
+    std::vector<std::string> args;
     harness::Result plain, pre;
     std::string log;
     harness::LogCheck lc;
@@ -81,9 +265,19 @@ Runs parity(const std::vector<std::string> &args, const std::string &expected)
     argv.insert(argv.end(), args.begin(), args.end());
     harness::Env env = harness::base_env();
     harness::set_var(env, "TMPDIR", td.path());
+    if (rdma_mode()) {
+        harness::set_var(env, "SOCKPROBE_ADDR", kAddr);
+        if (!kAddr6.empty())
+            harness::set_var(env, "SOCKPROBE_ADDR6", kAddr6);
+    }
+    harness::Env env_lib = harness::with_lib(env, kLib, "info", log);
+    std::string probe_ms = env_str("TEST_PARITY_PROBE_TIMEOUT_MS");
+    if (!probe_ms.empty())
+        harness::set_var(env_lib, "RDMASOCK_PROBE_TIMEOUT_MS", probe_ms);
     Runs r;
-    r.plain = harness::run(argv, env, kTimeoutMs);
-    r.pre = harness::run(argv, harness::with_lib(env, kLib, "info", log), kTimeoutMs);
+    r.args = args;
+    r.plain = harness::run(argv, env, run_timeout_ms());
+    r.pre = harness::run(argv, env_lib, run_timeout_ms());
 
     BOOST_CHECK_MESSAGE(r.plain.exit_code() == 0, "without the library: " << r.plain.describe());
     BOOST_CHECK_MESSAGE(r.pre.exit_code() == 0, "with the library: " << r.pre.describe());
@@ -113,8 +307,14 @@ Runs parity(const std::vector<std::string> &args, const std::string &expected)
         BOOST_CHECK_MESSAGE(seen.insert(key).second, "one process logged a connection twice: " << key);
     }
     BOOST_TEST_MESSAGE(args[0] << ": " << r.lc.closes.size() << " close lines logged");
+    if (rdma_mode())
+        check_offload(args, r.lc, r.log);
     return r;
 }
+
+// The transport the close lines of a scenario whose connections are all offloadable
+// must show: rdma in RDMA mode, tcp (not_rdma_addr on loopback) otherwise.
+std::string want_transport(const Runs &r) { return offloadable(r.args) ? "rdma" : "tcp"; }
 
 std::vector<Fields> with_role(const Runs &r, const std::string &role)
 {
@@ -134,7 +334,7 @@ void check_stream_log(const Runs &r)
         auto v = with_role(r, role);
         BOOST_CHECK_EQUAL(v.size(), 1u);
         for (auto &f : v) {
-            BOOST_CHECK_EQUAL(f.at("transport"), "tcp");
+            BOOST_CHECK_EQUAL(f.at("transport"), want_transport(r));
             BOOST_CHECK_EQUAL(f.at("bytes_sent"), "8388608");
         }
     }
@@ -143,7 +343,7 @@ void check_stream_log(const Runs &r)
 std::string note(const Runs &r, const std::string &key)
 {
     std::regex re("^note " + key + "=(\\d+)$");
-    for (auto &l : harness::split_lines(r.plain.out)) {
+    for (auto &l : harness::split_lines(r.pre.out)) {  // the run that wrote the log
         std::smatch m;
         if (std::regex_match(l, m, re))
             return m[1];
@@ -196,8 +396,8 @@ void check_close_lines(const Runs &r, const std::map<std::string, std::pair<std:
             BOOST_CHECK_EQUAL(f.at("fd"), seen[role][0]);
             BOOST_CHECK_EQUAL(f.at("local"), seen[role][1]);
             BOOST_CHECK_EQUAL(f.at("peer"), seen[role][2]);
-            BOOST_CHECK_EQUAL(f.at("transport"), "tcp");
-            BOOST_CHECK(f.count("reason") && !f.at("reason").empty());
+            BOOST_CHECK_EQUAL(f.at("transport"), want_transport(r));
+            BOOST_CHECK_EQUAL(f.count("reason") && !f.at("reason").empty(), want_transport(r) == "tcp");
             BOOST_CHECK_EQUAL(f.at("bytes_sent"), bytes.at(role).first);
             BOOST_CHECK_EQUAL(f.at("bytes_received"), bytes.at(role).second);
         }
@@ -233,15 +433,18 @@ using Extra = void (*)(const Runs &);
 
 }  // namespace
 
-#define PARITY_CASE(name, args, extra, expected)                              \
+// PARITY_CASE_BUG: the same, with `bug` failing assertions expected in RDMA mode only
+// (a library bug, described at the case).
+#define PARITY_CASE_BUG(name, args, extra, bug, expected)                       \
     static Covers covers_##name{std::vector<std::string> args.front()};      \
-    BOOST_AUTO_TEST_CASE(name)                                               \
+    BOOST_AUTO_TEST_CASE(name, *boost::unit_test::expected_failures(rdma_bug(bug))) \
     {                                                                        \
         Runs r = parity(std::vector<std::string> args, expected);            \
         Extra x = extra;                                                     \
         if (x != nullptr)                                                    \
             x(r);                                                            \
     }
+#define PARITY_CASE(name, args, extra, expected) PARITY_CASE_BUG(name, args, extra, 0, expected)
 
 /* ---- byte-exact streams: 8 MiB each way at once, every send/receive family --------- */
 
@@ -306,7 +509,10 @@ connect again = -1 ECONNREFUSED
 getpeername = -1 ENOTCONN
 )")
 
-PARITY_CASE(errno_epipe_sigpipe, ({"epipe"}), nullptr,
+// RDMA mode, library bug: after the peer close()d an offloaded connection, writes keep
+// succeeding (each returns its count, the bytes are lost): no reset, no POLLERR|POLLHUP,
+// no EPIPE, no SIGPIPE.  The kernel answers the first write with an RST.
+PARITY_CASE_BUG(errno_epipe_sigpipe, ({"epipe"}), nullptr, 1,
 R"(peer close = 0
 read after peer close (EOF) = 0
 first write after peer close = 1
@@ -481,7 +687,9 @@ SO_ERROR = 0
 
 /* ---- readiness masks --------------------------------------------------------------- */
 
-PARITY_CASE(readiness_poll, ({"poll"}), nullptr,
+// RDMA mode, library bug: urgent data (send MSG_OOB) on an offloaded connection never
+// makes the receiver POLLPRI (select: exceptfds); it shows as POLLIN instead.
+PARITY_CASE_BUG(readiness_poll, ({"poll"}), nullptr, 1,
 R"(fresh connection: c=POLLOUT s=POLLOUT
 poll POLLIN timeout 0 = 0
 poll POLLIN timeout 30ms = 0
@@ -520,7 +728,8 @@ revents = POLLNVAL
 poll no fds 10ms = 0
 )")
 
-PARITY_CASE(readiness_ppoll, ({"ppoll"}), nullptr,
+// RDMA mode, library bug: as readiness_poll (no POLLPRI for MSG_OOB data).
+PARITY_CASE_BUG(readiness_ppoll, ({"ppoll"}), nullptr, 1,
 R"(fresh connection: c=POLLOUT s=POLLOUT
 poll POLLIN timeout 0 = 0
 poll POLLIN timeout 30ms = 0
@@ -562,7 +771,8 @@ ppoll with SIGUSR1 unblocked = -1 EINTR
 handler ran: 1
 )")
 
-PARITY_CASE(readiness_select, ({"select"}), nullptr,
+// RDMA mode, library bug: as readiness_poll (MSG_OOB data never in exceptfds).
+PARITY_CASE_BUG(readiness_select, ({"select"}), nullptr, 1,
 R"(fresh: 2 r={} w={c,s} e={}
 server writes = 10
 wait readable: 1 r={c} w={} e={}
@@ -581,7 +791,8 @@ timeval left = 0.000000
 select a closed fd = -1 EBADF
 )")
 
-PARITY_CASE(readiness_pselect, ({"pselect"}), nullptr,
+// RDMA mode, library bug: as readiness_select.
+PARITY_CASE_BUG(readiness_pselect, ({"pselect"}), nullptr, 1,
 R"(fresh: 2 r={} w={c,s} e={}
 server writes = 10
 wait readable: 1 r={c} w={} e={}
@@ -778,7 +989,9 @@ recv MSG_DONTWAIT empty again = -1 EAGAIN
 socket still blocking: yes
 )")
 
-PARITY_CASE(socket_timeouts, ({"timeouts"}), nullptr,
+// RDMA mode, library bug: SO_RCVLOWAT is ignored by poll() on an offloaded socket
+// (POLLIN with 3 bytes of a low-water mark of 5).
+PARITY_CASE_BUG(socket_timeouts, ({"timeouts"}), nullptr, 1,
 R"(setsockopt SO_RCVTIMEO 200ms = 0
 getsockopt SO_RCVTIMEO = 0
 SO_RCVTIMEO = 0.200000
@@ -802,7 +1015,10 @@ mask with 5 of 5 = POLLIN|POLLOUT
 read = 5
 )")
 
-PARITY_CASE(half_close, ({"halfclose"}), nullptr,
+// RDMA mode, library bug: shutdown(SHUT_RD) on an offloaded connection after both sides
+// shut down writing returns 0 (kernel: ENOTCONN); and after shutdown(SHUT_RD) of an idle
+// one, poll() lacks POLLRDHUP.
+PARITY_CASE_BUG(half_close, ({"halfclose"}), nullptr, 1,
 R"(client shutdown SHUT_WR = 0
 server read EOF = 0
 server mask = POLLIN|POLLOUT|POLLRDHUP
@@ -830,7 +1046,10 @@ peer reads = 3
 
 /* ---- descriptors, fork, threads, signals ------------------------------------------ */
 
-PARITY_CASE(dup_family, ({"dup"}), check_dup_log,
+// RDMA mode, library bug: the library's own descriptors (rdma_cm channel, eventfds,
+// ...) take the lowest free numbers, so the program's sockets get other numbers than
+// without it (a=9 b=10 instead of a=4 b=5).
+PARITY_CASE_BUG(dup_family, ({"dup"}), check_dup_log, 1,
 R"(a=4 b=5
 dup(a) = 3
 fcntl(a, F_DUPFD, 100) = 100
@@ -864,7 +1083,9 @@ dup3 bad flags = -1 EINVAL
 dup2 onto a negative fd = -1 EBADF
 )")
 
-PARITY_CASE(dup2_over_live_socket, ({"dup2-live"}), check_dup2_log,
+// RDMA mode, library bugs: the fd numbers shift (see dup_family); and dup2() over a
+// live offloaded socket resets its connection: the old peer reads ECONNRESET, not EOF.
+PARITY_CASE_BUG(dup2_over_live_socket, ({"dup2-live"}), check_dup2_log, 1,
 R"(a=4 b=5 c=6 d=7
 note victim fd=6
 dup2(a, c) over a live socket = 6
@@ -895,7 +1116,11 @@ parent and child both write
 server got 13 bytes: child.parent. (child exit 0)
 )")
 
-PARITY_CASE(close_while_reading, ({"close-read"}), nullptr,
+// RDMA mode, library bug: close() of an offloaded socket while another thread is
+// blocked in read() on it resets the connection (the peer's write gets ECONNRESET) and
+// the blocked read never returns: the scenario hangs until its watchdog (exit 124), so
+// the transcript, both exit-status checks and both close-line checks fail.
+PARITY_CASE_BUG(close_while_reading, ({"close-read"}), nullptr, 5,
 R"(shutdown(SHUT_RDWR) while another thread reads = 0
 blocked reader returned 0
 peer reads EOF = 0
@@ -916,7 +1141,9 @@ shutdown a listener while another thread accepts = 0
 blocked accept returned -1 EINVAL
 )")
 
-PARITY_CASE(signals_eintr_restart, ({"signals"}), nullptr,
+// RDMA mode, library bug: a blocking read() on an offloaded socket interrupted by a
+// handler installed with SA_RESTART returns -1 EINTR instead of being restarted.
+PARITY_CASE_BUG(signals_eintr_restart, ({"signals"}), nullptr, 1,
 R"(without SA_RESTART
 blocking read = -1 EINTR
 handler ran: 1
@@ -938,7 +1165,11 @@ handler ran: 5
 
 /* ---- other descriptor kinds through the same calls -------------------------------- */
 
-PARITY_CASE(unix_sockets, ({"unix"}), nullptr,
+// RDMA mode, library bug: an offloaded socket passed with SCM_RIGHTS (a new fd number
+// for the same socket) is not recognised: writes via the received descriptor go into
+// the TCP stream that the RDMA peer no longer reads: the 6 bytes are lost and the peer
+// reads EOF.
+PARITY_CASE_BUG(unix_sockets, ({"unix"}), nullptr, 1,
 R"(socketpair AF_UNIX SOCK_STREAM = 0
 fresh mask = POLLOUT
 write = 5
