@@ -67,6 +67,9 @@ ConfirmMatch match_confirm(const uint8_t *data, size_t got, const Nonce *expecte
 // Immediate data of ring messages: type (3 bits) | value (29 bits).
 enum class Imm : uint32_t { data = 0, credit = 1, fin = 2, reset = 3, prefix = 4 };
 constexpr uint32_t kImmValueMask = (1u << 29) - 1;
+// FIN's value: 0 after shutdown(SHUT_WR) (the sender still reads), kFinClosed after
+// close() (it reads nothing more).
+constexpr uint32_t kFinClosed = 1;
 inline uint32_t make_imm(Imm t, uint32_t v) noexcept
 {
     return (static_cast<uint32_t>(t) << 29) | (v & kImmValueMask);

@@ -969,7 +969,9 @@ void on_close(int fd, Socket &s) noexcept
     if (s.transport == nullptr)
         return;
     auto *c = static_cast<Conn *>(s.transport);
-    if (c->phase() == Conn::Phase::rdma) {
+    // A server socket in verifying switches first (close_connection takes the CONFIRM).
+    if (c->phase() == Conn::Phase::rdma ||
+        (c->side() == Conn::Side::server && c->phase() == Conn::Phase::verifying)) {
         linger lg{};
         socklen_t len = sizeof lg;
         bool abortive = RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 &&

@@ -375,6 +375,8 @@ void Conn::handle_recv_locked(uint32_t imm) noexcept
         break;
     case neg::Imm::fin:
         peer_fin_.store(true, std::memory_order_release);
+        if (v == neg::kFinClosed)
+            peer_closed_ = true;
         break;
     case neg::Imm::reset:
         reset_ = true;
@@ -437,6 +439,10 @@ void Conn::on_tcp_event(unsigned events) noexcept
         }
         if ((events & (POLLHUP | POLLERR)) && !peer_fin_)
             fail("the TCP connection was reset");
+        else if ((events & (POLLHUP | POLLERR)) && peer_closed_ && !tcp_error_) {
+            tcp_error_ = true;  // the RST our writes after the peer's close provoked
+            update_shadows_locked(true);
+        }
     }
 }
 
@@ -456,7 +462,7 @@ bool Conn::on_timer(std::chrono::steady_clock::time_point now) noexcept
 
 bool Conn::readable_locked() const noexcept
 {
-    if (reset_ || failed_ || shut_rd_)
+    if (reset_ || failed_ || shut_rd_ || tcp_error_)
         return true;
     if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0))
         return prefix_known_ ? true : false;  // TCP bytes: the kernel says (tcp fd)
@@ -465,8 +471,8 @@ bool Conn::readable_locked() const noexcept
 
 bool Conn::writable_locked() const noexcept
 {
-    if (reset_ || failed_ || shut_wr_)
-        return true;
+    if (reset_ || failed_ || shut_wr_ || peer_closed_)
+        return true;  // after the peer's close, writes go to the TCP socket
     uint64_t space = tx_.size - (tx_prod_ - tx_acked_);
     uint64_t sq_used = wr_posted_ - wr_completed_;
     return space > 0 && sq_used + 3 < sq_depth_;
@@ -543,6 +549,11 @@ unsigned Conn::poll_mask(int) noexcept
         m |= POLLRDHUP | POLLIN;
         if (shut_wr_)
             m |= POLLHUP;
+    }
+    if (peer_closed_) {  // what the TCP socket says once the peer's RST came
+        pollfd pf{tcp_fd_, POLLOUT, 0};
+        if (RS_REAL(poll)(&pf, 1, 0) > 0)
+            m |= static_cast<unsigned>(pf.revents) & (POLLERR | POLLHUP);
     }
     return m;
 }
@@ -999,6 +1010,18 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
             continue;
         }
         poll_cq_locked();
+        // (Also in a fork child, whose copy is otherwise dead: the TCP socket is shared.)
+        if (peer_closed_ && (dead_ || (!reset_ && !failed_)) && !shut_wr_ && done == 0) {
+            // The peer closed: as with the kernel's TCP, the bytes go to a socket nobody
+            // reads, and its kernel answers with an RST (then EPIPE and SIGPIPE here).
+            lk.unlock();
+            ssize_t r = RS_REAL(sendmsg)(fd, msg, flags);
+            int e = errno;
+            lk.lock();
+            if (r > 0)
+                bytes_sent_ += static_cast<uint64_t>(r);
+            return r < 0 ? -e : r;
+        }
         if (reset_ || failed_ || shut_wr_) {
             if (done > 0)
                 return static_cast<ssize_t>(done);
@@ -1095,6 +1118,20 @@ Counters Conn::counters(int fd) noexcept
 void Conn::close_connection(bool abortive) noexcept
 {
     std::unique_lock<std::mutex> lk(mu_);
+    if (side_ == Side::server && phase_.load() == Phase::verifying && !closed_) {
+        // The client is switched (or about to): its CONFIRM is in the TCP stream or on
+        // its way.  Take it and switch before closing, so that the client reads an
+        // orderly EOF (our FIN) and no unread CONFIRM makes our kernel send an RST.
+        auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(rt::config().probe_timeout_ms);
+        while (phase_.load() == Phase::verifying && try_confirm_locked() == 0 &&
+               std::chrono::steady_clock::now() < deadline) {
+            lk.unlock();
+            pollfd pf{tcp_fd_, POLLIN, 0};
+            RS_REAL(poll)(&pf, 1, 10);
+            lk.lock();
+        }
+    }
     if (phase_.load() != Phase::rdma)
         return;
     poll_cq_locked();
@@ -1107,20 +1144,15 @@ void Conn::close_connection(bool abortive) noexcept
     if (data_msgs_ > 0)
         RS_DEBUG("connection fd=%d: %llu writes went out in %llu data messages", tcp_fd_,
                  static_cast<unsigned long long>(writes_), static_cast<unsigned long long>(data_msgs_));
-    if (!fin_sent_) {
-        if (flush_locked() != 0)
-            return;
-        unsignaled_ = kSignalEvery;  // make the FIN a signalled request
-        if (post_ctrl_locked(neg::Imm::fin, 0) != 0)
-            return;
-        fin_sent_ = true;
-    } else if (last_signaled_ < wr_posted_) {
-        // The FIN went out earlier (shutdown) unsignalled: a signalled no-op (a credit
-        // of 0 bytes) after it tells us when everything before has completed.
-        unsignaled_ = kSignalEvery;
-        if (post_ctrl_locked(neg::Imm::credit, 0) != 0)
-            return;
-    }
+    if (!fin_sent_ && flush_locked() != 0)
+        return;
+    // FIN "closed" (after a FIN of shutdown(), a second one): the peer learns that this
+    // side reads nothing more; signalled, so its completion tells that every byte
+    // before it has arrived.
+    unsignaled_ = kSignalEvery;
+    if (post_ctrl_locked(neg::Imm::fin, neg::kFinClosed) != 0)
+        return;
+    fin_sent_ = true;
     shut_wr_ = true;
     // Every byte written must reach the peer before the TCP connection closes: wait
     // (bounded) until the FIN, the last request, has completed.

@@ -219,6 +219,11 @@ private:
     uint64_t tcp_read_ = 0;     // client: TCP bytes read before PREFIX
     bool shut_rd_ = false;
     std::atomic<bool> peer_fin_{false};
+    // The peer close()d (FIN with value 1): it reads nothing more.  Later writes go to
+    // the TCP socket, so the peer's kernel answers them with an RST and this side sees
+    // what the kernel's own TCP shows (EPIPE, SIGPIPE, POLLERR|POLLHUP).
+    bool peer_closed_ = false;
+    bool tcp_error_ = false;  // after peer_closed_: the TCP socket reports ERR/HUP
 
     // send side
     uint64_t tx_prod_ = 0;   // bytes staged for the peer's ring (accepted from the program)
