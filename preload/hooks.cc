@@ -14,6 +14,7 @@
 #include "include/rdmasock.h"
 #include "core/offload.hh"
 #include "core/readiness.hh"
+#include "core/signals.hh"
 #include "core/real.hh"
 #include "core/runtime.hh"
 #include "log/log.hh"
@@ -563,6 +564,14 @@ int close(int fd) noexcept
     log::on_fd_closed(fd);
     return RS_REAL(close)(fd);
 }
+
+int sigaction(int signo, const struct sigaction *act, struct sigaction *old) noexcept
+{
+    return sig::sigaction(signo, act, old);
+}
+
+sighandler_t signal(int signo, sighandler_t handler) noexcept { return sig::signal(signo, handler); }
+sighandler_t bsd_signal(int signo, sighandler_t handler) noexcept { return sig::signal(signo, handler); }
 
 int shutdown(int fd, int how) noexcept
 {

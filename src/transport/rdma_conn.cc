@@ -14,6 +14,7 @@
 #include "core/readiness.hh"
 #include "core/real.hh"
 #include "core/runtime.hh"
+#include "core/signals.hh"
 #include "core/socket.hh"
 #include "log/log.hh"
 
@@ -69,25 +70,6 @@ void copy_ring_iov(uint8_t *ring, size_t size, uint64_t pos, const msghdr *m, si
         skip = 0;
         ++i;
     }
-}
-
-// Would the kernel restart a socket call interrupted by a signal?  Only when no
-// timeout is set on the socket and every installed handler has SA_RESTART (we cannot
-// tell which signal interrupted us).
-bool restart_after_signal(bool has_timeout) noexcept
-{
-    if (has_timeout)
-        return false;
-    for (int sig = 1; sig < NSIG; ++sig) {
-        struct sigaction sa;
-        if (sigaction(sig, nullptr, &sa) != 0)
-            continue;
-        if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN)
-            continue;
-        if (!(sa.sa_flags & SA_RESTART))
-            return false;
-    }
-    return true;
 }
 
 int timeout_ms(int fd, bool for_send) noexcept
@@ -607,6 +589,7 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
     // not have to go through the progress thread (whichever reads the event first
     // handles it; both re-arm and re-poll, so none is lost).
     pollfd p[3] = {{efd, events, 0}, {have_cq ? comp_fd() : -1, POLLIN, 0}, {tcp_fd_, POLLIN, 0}};
+    sig::clear_last();
     int r = RS_REAL(poll)(p, tcp_too ? 3 : 2, tmo);
     int e = errno;
     lk.lock();
@@ -614,7 +597,7 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
     if (r == 0)
         return sliced ? 0 : -EAGAIN;  // a slice ended: the caller looks again
     if (r < 0 && e == EINTR)
-        return restart_after_signal(has_timeout) ? 0 : -EINTR;
+        return sig::restart_after(sig::last(), has_timeout) ? 0 : -EINTR;
     if (r < 0)
         return -e;
     if (have_cq && (p[1].revents & POLLIN)) {
@@ -1000,12 +983,13 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
             int tmo = timeout_ms(tcp_fd_, true);
             lk.unlock();
             pollfd pf{tcp_fd_, POLLOUT, 0};
+            sig::clear_last();
             int pr = RS_REAL(poll)(&pf, 1, tmo);
             int e = errno;
             lk.lock();
             if (pr == 0)
                 return -EAGAIN;
-            if (pr < 0 && !(e == EINTR && restart_after_signal(tmo >= 0)))
+            if (pr < 0 && !(e == EINTR && sig::restart_after(sig::last(), tmo >= 0)))
                 return -e;
             continue;
         }
