@@ -350,13 +350,25 @@ void conn_param(rdma_conn_param *p, const uint8_t *pd, size_t len)
     p->rnr_retry_count = 7;
 }
 
-// A later event on the connection (DISCONNECTED after the victim gave up RDMA).
+// "RDMA_CM_EVENT_REJECTED" -> "REJECTED".
+std::string event_name(rdma_cm_event_type t)
+{
+    std::string s = rdma_event_str(t);
+    return s.rfind("RDMA_CM_EVENT_", 0) == 0 ? s.substr(14) : s;
+}
+
+// A later event on the connection other than ESTABLISHED (DISCONNECTED after the
+// victim gave up RDMA).
 void note_cm_after(Cm &cm, int timeout_ms)
 {
     rdma_cm_event_type t;
     rdma_cm_id *id;
-    if (cm.next(timeout_ms, &t, &id, nullptr))
-        out.cm_after = rdma_event_str(t);
+    long long deadline = now_ms() + timeout_ms;
+    while (now_ms() < deadline && cm.next(static_cast<int>(deadline - now_ms()), &t, &id, nullptr))
+        if (t != RDMA_CM_EVENT_ESTABLISHED) {
+            out.cm_after = event_name(t);
+            return;
+        }
 }
 
 // ---- client ---------------------------------------------------------------------------------
@@ -447,7 +459,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         out.print();
         return 0;
     }
-    out.cm = rdma_event_str(t);
+    out.cm = event_name(t);
     out.decline = decline_of(pdata);
     if (hello_case) {
         send_pattern(fd, bytes);
@@ -582,7 +594,7 @@ int run_server(const std::string &addr, const std::string &kase)
         out.print();
         return 2;
     }
-    out.cm = rdma_event_str(t);
+    out.cm = event_name(t);
     if (kase == "decline_none" || kase == "decline_unknown") {
         uint8_t d[neg::kDeclineSize];
         neg::encode_decline(rdmasock::Reason::none, d);
@@ -620,7 +632,7 @@ int run_server(const std::string &addr, const std::string &kase)
                 out.print();
                 return 2;
             }
-            out.cm = rdma_event_str(t);
+            out.cm = event_name(t);
             uint8_t c[neg::kConfirmSize];
             size_t got = 0;
             while (got < sizeof c) {
@@ -649,7 +661,8 @@ int run_server(const std::string &addr, const std::string &kase)
     else
         out.first_confirm = 0;
     shutdown(fd, SHUT_WR);
-    note_cm_after(cm, 2000);
+    if (kase.rfind("decline_", 0) != 0)
+        note_cm_after(cm, kWaitMs);
     out.print();
     return 0;
 }

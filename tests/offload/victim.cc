@@ -16,9 +16,11 @@
 //
 // Connection line (key=value):
 //   conn=NAME local_port=L peer_port=P transport=rdma|tcp|none reason=CODE phase=PHASE
-//   received=N hash=H match=M sent=K end=eof|ERRNO-NAME wend=ok|ERRNO-NAME
+//   received=N hash=H match=M sent=K end=eof|ERRNO-NAME wend=ok|ERRNO-NAME err=ok|ERRNO-NAME
 // received/hash: the bytes read (FNV-1a 64 in hex); match: how many leading bytes read
-// equal the client pattern; end: how the reading ended; wend: the first write error.
+// equal the client pattern; end: how the reading ended; wend: the first write error;
+// err: the first error of any call (a reset is reported once: ECONNRESET, then EOF on
+// reads and EPIPE on writes).
 // Every socket has SO_RCVTIMEO/SO_SNDTIMEO of 20 s, so a lost wake-up shows as
 // end=EAGAIN instead of a hang.
 #include <arpa/inet.h>
@@ -46,6 +48,12 @@ struct Result {
     hostile::Hash hash;
     int end = 0;   // 0: EOF
     int wend = 0;  // first write error
+    int first = 0; // the first error of any call on the connection
+    void error(int e)
+    {
+        if (first == 0)
+            first = e;
+    }
     void take(const uint8_t *p, size_t n)
     {
         hash.add(p, n);
@@ -82,10 +90,10 @@ void print_line(const char *name, int fd, int lport, int pport, const Result &r)
     socklen_t len = sizeof in;
     bool ok = getsockopt(fd, SOL_RDMASOCK, RDMASOCK_INFO, &in, &len) == 0;
     printf("conn=%s local_port=%d peer_port=%d transport=%s reason=%s phase=%s received=%" PRIu64
-           " hash=%016" PRIx64 " match=%" PRIu64 " sent=%" PRIu64 " end=%s wend=%s\n",
+           " hash=%016" PRIx64 " match=%" PRIu64 " sent=%" PRIu64 " end=%s wend=%s err=%s\n",
            name, lport, pport, !ok ? "none" : in.transport == RDMASOCK_RDMA ? "rdma" : "tcp",
            ok ? in.reason_code : "none", ok ? in.phase : "none", r.received, r.hash.h, r.match, r.sent,
-           r.end == 0 ? "eof" : errname(r.end).c_str(), errname(r.wend).c_str());
+           r.end == 0 ? "eof" : errname(r.end).c_str(), errname(r.wend).c_str(), errname(r.first).c_str());
     fflush(stdout);
 }
 
@@ -106,6 +114,7 @@ bool write_all(int fd, const uint8_t *p, size_t n, Result &r)
         if (w <= 0) {
             if (r.wend == 0)
                 r.wend = w < 0 ? errno : EIO;
+            r.error(r.wend);
             return false;
         }
         r.sent += static_cast<uint64_t>(w);
@@ -127,6 +136,7 @@ void serve(int fd, int idx)
             continue;
         if (n <= 0) {
             r.end = n == 0 ? 0 : errno;
+            r.error(r.end);
             break;
         }
         r.take(buf.data(), static_cast<size_t>(n));
@@ -208,6 +218,7 @@ int echo_phase(int fd, uint64_t n, Result &r)
                 continue;
             if (k <= 0) {
                 r.end = k == 0 ? EPIPE : errno;
+                r.error(r.end);
                 return 2;
             }
             got += static_cast<size_t>(k);
@@ -250,6 +261,7 @@ int run_client(const std::string &addr, int good_port, int bad_port, const std::
                 continue;
             if (k <= 0) {
                 br.end = k == 0 ? 0 : errno;
+                br.error(br.end);
                 break;
             }
             br.take(in.data(), static_cast<size_t>(k));
