@@ -24,7 +24,7 @@
 //   unknown_type (type 5) prefix_from_client (PREFIX(0))
 //   write_outside_ring (64 bytes WRITE_WITH_IMM DATA(64) at ring address + ring size:
 //   the victim's NIC must refuse it, remote access error)
-// then wait (bounded) for the victim to close the TCP connection.
+// then wait (bounded) for the victim to close the TCP connection, keeping ours open.
 //
 // Server cases (the victim client writes N pattern bytes and shuts down; a fallen back
 // connection is echoed on TCP):
@@ -538,8 +538,9 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
             st = qp.write(acc.ring.addr + vsize, acc.ring.rkey, 64, &imm);
         }
         out.wc = wc_name(st);
-        // The victim resets the connection and closes it: its TCP socket closes.
-        shutdown(fd, SHUT_WR);
+        // The victim resets the connection and closes it: its TCP socket closes.  Our
+        // side of the TCP connection stays open (a TCP EOF without an RDMA FIN would be
+        // a reset of its own and hide a missing check).
         tcp_drain(fd, false);
         out.print();
         return 0;
@@ -647,8 +648,7 @@ int run_server(const std::string &addr, const std::string &kase)
             if (st == IBV_WC_SUCCESS)
                 st = qp.write(h.ring.addr, h.ring.rkey, 0, &imm);
             out.wc = wc_name(st);
-            shutdown(fd, SHUT_WR);
-            tcp_drain(fd, false);
+            tcp_drain(fd, false);  // TCP left open: the victim must close on its own
             out.print();
             return 0;
         }

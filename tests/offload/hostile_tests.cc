@@ -268,7 +268,18 @@ struct Expect {
     std::string cm_after;  // a later rdma_cm event ("none": not checked)
     Outcome outcome;
     std::string reason;    // the victim connection's reason (tcp_exact)
+    std::string log = "";  // reset: the victim's debug log names this check
 };
+
+// The victim's debug log says which check fired (reset cases: the specific validation,
+// not some later consequence such as the TCP connection closing).
+void check_log(Case &c, Run &v, const Expect &e, const std::string &ctx)
+{
+    if (e.log.empty())
+        return;
+    BOOST_CHECK_MESSAGE(read_file(v.log_file).find(e.log) != std::string::npos,
+                        ctx << "the victim's log does not say '" << e.log << "'\n" << c.report());
+}
 
 // Victim server: a good client connects and talks (phase 1), the hostile client runs
 // its case, then the good client talks again (phase 2).
@@ -331,6 +342,7 @@ void client_case(const std::string &kase, const Expect &e)
                             ctx << "the victim's connection was not reset (ECONNRESET, 0 bytes, on rdma)");
         BOOST_CHECK_MESSAGE(get(hr, "tcp_end") == "eof" || get(hr, "tcp_end") == "ECONNRESET",
                             ctx << "the victim did not close the connection");
+        check_log(c, vs, e, ctx);
     }
 
     // Only the bad connection is affected.
@@ -378,6 +390,9 @@ void server_case(const std::string &kase, const Expect &e)
         BOOST_CHECK_MESSAGE(get(bad, "err") == "ECONNRESET" && get(bad, "received") == "0" &&
                                 get(bad, "transport") == "rdma",
                             ctx << "the victim's connection was not reset (ECONNRESET, 0 bytes, on rdma)");
+        BOOST_CHECK_MESSAGE(get(hr, "tcp_end") == "eof" || get(hr, "tcp_end") == "ECONNRESET",
+                            ctx << "the victim did not close the connection");
+        check_log(c, vc, e, ctx);
     }
     check_survived(c, vc);
     check_good(c, line_with(vc, "conn=good"), "victim client");
@@ -415,10 +430,18 @@ bool init_tests()
     master.add(confirm);
 
     auto *ring = BOOST_TEST_SUITE("ring");
-    for (std::string k : {"data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client"})
-        add(ring, k, [k, reset] { client_case(k, {"ESTABLISHED", "none", "success", "none", reset, ""}); });
+    // The victim's log line for each check (src/transport/rdma_conn.cc, Conn::fail).
+    const std::vector<std::pair<std::string, std::string>> checks = {
+        {"data_overflow", "reset: peer wrote beyond the space it was granted"},
+        {"data_zero", "reset: peer wrote beyond the space it was granted"},
+        {"credit_overflow", "reset: peer credited bytes never sent"},
+        {"unknown_type", "reset: unknown message type"},
+        {"prefix_from_client", "reset: unexpected PREFIX"}};
+    for (const auto &k : checks)
+        add(ring, k.first, [k, reset] { client_case(k.first, {"ESTABLISHED", "none", "success", "none", reset, "", k.second}); });
     add(ring, "write_outside_ring", [reset] {
-        client_case("write_outside_ring", {"ESTABLISHED", "none", "REM_ACCESS_ERR", "none", reset, ""});
+        client_case("write_outside_ring",
+                    {"ESTABLISHED", "none", "REM_ACCESS_ERR", "none", reset, "", "completion error remote access error"});
     });
     master.add(ring);
 
@@ -430,7 +453,7 @@ bool init_tests()
     });
     for (std::string k : {"decline_none", "decline_unknown"})
         add(srv, k, [k, tcp] { server_case(k, {"", "", "none", "none", tcp, "rejected"}); });
-    add(srv, "second_prefix", [reset] { server_case("second_prefix", {"", "", "success", "none", reset, ""}); });
+    add(srv, "second_prefix", [reset] { server_case("second_prefix", {"", "", "success", "none", reset, "", "reset: unexpected PREFIX"}); });
     master.add(srv);
     return true;
 }
