@@ -825,6 +825,10 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             }
             if (r == 0 && want > 0 && !prefix_known_)
                 return 0;  // the server closed before it ever switched: plain EOF
+            if (r == 0 && want > 0)
+                // The server announced more TCP bytes than its stream holds: they can
+                // never come (and waiting for the readable TCP fd would spin).
+                fail("the TCP stream ended inside the announced prefix");
             if (!prefix_known_ || prefix_left_ > 0) {
                 if (reset_ || failed_)
                     return -ECONNRESET;
