@@ -18,6 +18,8 @@
 // After a valid HELLO and ACCEPT, a bad CONFIRM on the TCP stream (then N pattern
 // bytes on TCP; the victim must stay on TCP and deliver exactly the bytes sent):
 //   confirm_wrong_nonce confirm_bad_version confirm_garbage
+// data_before_confirm: after the ACCEPT, 4 KiB of 0xEE as DATA into the victim's ring,
+// then no CONFIRM but N pattern bytes on TCP (the victim must deliver only those).
 // After a complete negotiation and the victim's PREFIX, one bad ring message:
 //   data_overflow (4 KiB of 0xEE written into the ring, then DATA(ring size + 1))
 //   data_zero (DATA(0)) credit_overflow (CREDIT(1), nothing was sent to us)
@@ -31,7 +33,8 @@
 //   accept_bad_magic accept_version accept_zero_rkey accept_log2_high accept_reserved
 //   accept_wrong_nonce decline_none (a DECLINE claiming reason "none")
 //   decline_unknown (reason 250) second_prefix (valid ACCEPT, CONFIRM checked, then
-//   PREFIX(0) twice)
+//   PREFIX(0) twice) prefix_beyond_tcp (valid ACCEPT, CONFIRM checked, PREFIX(100) with
+//   no TCP byte sent, FIN over RDMA, then the TCP write side shut down)
 //
 // Output: one line "result case=CASE key=value ..." (fields below), exit 0 when the
 // hostile could play its part, 2 when something outside the victim's reaction failed
@@ -376,11 +379,12 @@ void note_cm_after(Cm &cm, int timeout_ms)
 int run_client(const std::string &addr, int port, const std::string &kase, uint64_t bytes, int steal_port)
 {
     const bool hello_case = kase.rfind("hello_", 0) == 0;
-    const bool confirm_case = kase.rfind("confirm_", 0) == 0;
+    const bool confirm_case = kase.rfind("confirm_", 0) == 0 || kase == "data_before_confirm";
     const bool data_case = !hello_case && !confirm_case;
     static const char *const known[] = {"hello_bad_magic", "hello_version", "hello_truncated",
         "hello_log2_high", "hello_log2_low", "hello_zero_rkey", "hello_reserved", "hello_third_party",
         "hello_attach_existing", "confirm_wrong_nonce", "confirm_bad_version", "confirm_garbage",
+        "data_before_confirm",
         "data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client",
         "write_outside_ring"};
     bool ok = false;
@@ -480,6 +484,22 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
     }
     uint8_t confirm[neg::kConfirmSize];
     neg::encode_confirm(h.nonce, confirm);
+    if (kase == "data_before_confirm") {
+        // An accepted RDMA connection writes into the victim's ring before any CONFIRM
+        // (as a third party whose request was bound to a connection it cannot write to
+        // could), then the TCP connection carries plain bytes: none of the ring bytes
+        // may reach the program.
+        usleep(500 * 1000);
+        memset(qp.stage, 0xEE, 4096);
+        uint32_t imm = neg::make_imm(neg::Imm::data, 4096);
+        out.wc = wc_name(qp.write(acc.ring.addr, acc.ring.rkey, 4096, &imm));
+        send_pattern(fd, bytes);
+        shutdown(fd, SHUT_WR);
+        tcp_drain(fd, false);
+        note_cm_after(cm, kWaitMs);
+        out.print();
+        return 0;
+    }
     if (confirm_case) {
         if (kase == "confirm_wrong_nonce")
             confirm[8] ^= 1;
@@ -554,7 +574,7 @@ int run_server(const std::string &addr, const std::string &kase)
 {
     static const char *const known[] = {"accept_bad_magic", "accept_version", "accept_zero_rkey",
         "accept_log2_high", "accept_reserved", "accept_wrong_nonce", "decline_none", "decline_unknown",
-        "second_prefix"};
+        "second_prefix", "prefix_beyond_tcp"};
     bool ok = false;
     for (const char *k : known)
         ok = ok || kase == k;
@@ -626,7 +646,7 @@ int run_server(const std::string &addr, const std::string &kase)
         conn_param(&param, pd, sizeof pd);
         if (rdma_accept(id, &param) != 0)
             die("rdma_accept");
-        if (kase == "second_prefix") {
+        if (kase == "second_prefix" || kase == "prefix_beyond_tcp") {
             rdma_cm_id *eid;
             if (!cm.next(kWaitMs, &t, &eid, nullptr) || t != RDMA_CM_EVENT_ESTABLISHED) {
                 fprintf(stderr, "hostile: not established\n");
@@ -643,12 +663,25 @@ int run_server(const std::string &addr, const std::string &kase)
                 got += static_cast<size_t>(n);
             }
             out.first_confirm = neg::match_confirm(c, sizeof c, &h.nonce) == neg::ConfirmMatch::yes;
-            uint32_t imm = neg::make_imm(neg::Imm::prefix, 0);
-            int st = qp.write(h.ring.addr, h.ring.rkey, 0, &imm);
-            if (st == IBV_WC_SUCCESS)
-                st = qp.write(h.ring.addr, h.ring.rkey, 0, &imm);
-            out.wc = wc_name(st);
-            tcp_drain(fd, false);  // TCP left open: the victim must close on its own
+            if (kase == "second_prefix") {
+                uint32_t imm = neg::make_imm(neg::Imm::prefix, 0);
+                int st = qp.write(h.ring.addr, h.ring.rkey, 0, &imm);
+                if (st == IBV_WC_SUCCESS)
+                    st = qp.write(h.ring.addr, h.ring.rkey, 0, &imm);
+                out.wc = wc_name(st);
+                tcp_drain(fd, false);  // TCP left open: the victim must close on its own
+            } else {
+                // PREFIX(100) but no byte on TCP, an orderly FIN over RDMA and the end of
+                // our TCP stream: the announced prefix can never arrive.
+                uint32_t imm = neg::make_imm(neg::Imm::prefix, 100);
+                int st = qp.write(h.ring.addr, h.ring.rkey, 0, &imm);
+                imm = neg::make_imm(neg::Imm::fin, 0);
+                if (st == IBV_WC_SUCCESS)
+                    st = qp.write(h.ring.addr, h.ring.rkey, 0, &imm);
+                out.wc = wc_name(st);
+                shutdown(fd, SHUT_WR);
+                tcp_drain(fd, false);
+            }
             out.print();
             return 0;
         }

@@ -25,7 +25,9 @@
 //       wrote delivered exactly and echoed back;
 //     - bad CONFIRM after an ACCEPT: the victim stays on TCP with reason bad_message,
 //       delivers exactly the bytes the hostile wrote (the bad frame included: they are
-//       the TCP stream), and disconnects the RDMA connection;
+//       the TCP stream), and disconnects the RDMA connection; the same when the RDMA
+//       connection wrote DATA into the ring before any CONFIRM (data_before_confirm:
+//       none of those bytes reach the program);
 //     - bad ring messages (DATA beyond the granted space, DATA(0), CREDIT of bytes never
 //       sent, unknown type, PREFIX from a client, a write outside the ring that the NIC
 //       refuses with a remote access error): the victim's first failing call gets
@@ -69,6 +71,8 @@ struct Config {
 
 // Bytes each honest stream carries per phase.
 constexpr uint64_t kGoodBytes = 256 * 1024;
+// What the bad connection carries: less than the hostile server's ring (64 KiB), which
+// it never credits.
 constexpr uint64_t kBadBytes = 16 * 1024;
 constexpr int kProbeMs = 1000;   // victims' RDMASOCK_PROBE_TIMEOUT_MS (parked requests: 2x)
 constexpr int kWaitMs = 60000;   // any one wait for a process
@@ -363,7 +367,7 @@ void server_case(const std::string &kase, const Expect &e)
     std::string hport = get(line_with(h, "port="), "port");
     BOOST_REQUIRE_MESSAGE(gport != "<missing>" && hport != "<missing>", "a server did not start\n" << c.report());
     Run &vc = c.victim("victim_client", {"client", "--addr", cfg.addr, "--good-port", gport, "--bad-port", hport,
-                                         "--bytes", std::to_string(kGoodBytes)});
+                                         "--bytes", std::to_string(kGoodBytes), "--bad-bytes", std::to_string(kBadBytes)});
     check_asan(c, vc);
     BOOST_CHECK_MESSAGE(h.p->wait(kWaitMs) && h.p->exit_code() == 0, "the hostile peer failed\n" << c.report());
     Fields hr = line_with(h, "result");
@@ -375,7 +379,7 @@ void server_case(const std::string &kase, const Expect &e)
     if (e.cm_after != "none")
         BOOST_CHECK_MESSAGE(get(hr, "cm_after") == e.cm_after,
                             ctx << "later rdma_cm event " << get(hr, "cm_after") << ", expected " << e.cm_after);
-    std::string n = std::to_string(kGoodBytes);
+    std::string n = std::to_string(kBadBytes);
     if (e.outcome == Outcome::tcp_exact) {
         BOOST_CHECK_MESSAGE(get(bad, "transport") == "tcp" && get(bad, "reason") == e.reason,
                             ctx << "victim transport/reason " << get(bad, "transport") << "/" << get(bad, "reason")
@@ -427,6 +431,10 @@ bool init_tests()
         add(confirm, k, [k, tcp] {
             client_case("confirm_" + k, {"ESTABLISHED", "none", "none", "DISCONNECTED", tcp, "bad_message"});
         });
+    // Ring bytes before the CONFIRM are never the program's: it stays on TCP.
+    add(confirm, "data_before_confirm", [tcp] {
+        client_case("data_before_confirm", {"ESTABLISHED", "none", "success", "DISCONNECTED", tcp, "bad_message"});
+    });
     master.add(confirm);
 
     auto *ring = BOOST_TEST_SUITE("ring");
@@ -454,6 +462,10 @@ bool init_tests()
     for (std::string k : {"decline_none", "decline_unknown"})
         add(srv, k, [k, tcp] { server_case(k, {"", "", "none", "none", tcp, "rejected"}); });
     add(srv, "second_prefix", [reset] { server_case("second_prefix", {"", "", "success", "none", reset, "", "reset: unexpected PREFIX"}); });
+    // The TCP stream ends before the bytes a PREFIX announced (with an orderly RDMA FIN).
+    add(srv, "prefix_beyond_tcp", [reset] {
+        server_case("prefix_beyond_tcp", {"", "", "success", "none", reset, "", "reset: the TCP stream ended inside the announced prefix"});
+    });
     master.add(srv);
     return true;
 }

@@ -7,9 +7,10 @@
 //       in its own thread: echo every byte back until EOF or an error, then print one line
 //       per connection (below) and close it.  Exit 0 once all N are done.
 //   victim client --addr A --good-port G [--bad-port B] [--phase-file F] [--bytes N]
+//                 [--bad-bytes M]
 //       connection "good" to G: N pattern bytes echoed in chunks and verified (phase 1);
 //       then, with --phase-file, print "phase1 ..." and wait until F exists; with
-//       --bad-port, connection "bad" to B: write N pattern bytes, shut down the write side,
+//       --bad-port, connection "bad" to B: write M pattern bytes, shut down the write side,
 //       read until EOF or an error, print its line; then phase 2 on "good" (N more bytes),
 //       shut down, read EOF, print its line.  Exit 0 when every good byte was verified,
 //       1 on a mismatch, 2 when a call on the good connection failed.
@@ -231,7 +232,7 @@ int echo_phase(int fd, uint64_t n, Result &r)
 }
 
 int run_client(const std::string &addr, int good_port, int bad_port, const std::string &phase_file,
-               uint64_t bytes)
+               uint64_t bytes, uint64_t bad_bytes)
 {
     int g = connect_to(addr, good_port);
     Result gr;
@@ -250,7 +251,7 @@ int run_client(const std::string &addr, int good_port, int bad_port, const std::
     if (bad_port > 0) {
         int b = connect_to(addr, bad_port);
         Result br;
-        std::vector<uint8_t> out(static_cast<size_t>(bytes));
+        std::vector<uint8_t> out(static_cast<size_t>(bad_bytes));
         hostile::fill_pattern(out.data(), out.size(), 0, hostile::kSaltClient);
         write_all(b, out.data(), out.size(), br);
         shutdown(b, SHUT_WR);
@@ -290,7 +291,7 @@ int main(int argc, char **argv)
 {
     std::string mode = argc > 1 ? argv[1] : "", addr, phase_file;
     int conns = 1, good = 0, bad = 0;
-    uint64_t bytes = 64 * 1024;
+    uint64_t bytes = 64 * 1024, bad_bytes = 16 * 1024;
     for (int i = 2; i + 1 < argc; i += 2) {
         std::string k = argv[i], v = argv[i + 1];
         if (k == "--addr")
@@ -305,6 +306,8 @@ int main(int argc, char **argv)
             phase_file = v;
         else if (k == "--bytes")
             bytes = strtoull(v.c_str(), nullptr, 10);
+        else if (k == "--bad-bytes")
+            bad_bytes = strtoull(v.c_str(), nullptr, 10);
         else {
             fprintf(stderr, "victim: unknown option %s\n", k.c_str());
             return 4;
@@ -313,8 +316,8 @@ int main(int argc, char **argv)
     if (mode == "server" && !addr.empty())
         return run_server(addr, conns);
     if (mode == "client" && !addr.empty() && good > 0)
-        return run_client(addr, good, bad, phase_file, bytes);
+        return run_client(addr, good, bad, phase_file, bytes, bad_bytes);
     fprintf(stderr, "usage: victim server --addr A --conns N | client --addr A --good-port G "
-                    "[--bad-port B] [--phase-file F] [--bytes N]\n");
+                    "[--bad-port B] [--phase-file F] [--bytes N] [--bad-bytes M]\n");
     return 4;
 }
