@@ -374,6 +374,15 @@ void note_cm_after(Cm &cm, int timeout_ms)
         }
 }
 
+bool known_case(const char *const *list, size_t n, const std::string &kase, const char *role)
+{
+    for (size_t i = 0; i < n; ++i)
+        if (kase == list[i])
+            return true;
+    fprintf(stderr, "hostile: unknown %s case %s\n", role, kase.c_str());
+    return false;
+}
+
 // ---- client ---------------------------------------------------------------------------------
 
 int run_client(const std::string &addr, int port, const std::string &kase, uint64_t bytes, int steal_port)
@@ -387,13 +396,8 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         "data_before_confirm",
         "data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client",
         "write_outside_ring"};
-    bool ok = false;
-    for (const char *k : known)
-        ok = ok || kase == k;
-    if (!ok) {
-        fprintf(stderr, "hostile: unknown client case %s\n", kase.c_str());
+    if (!known_case(known, sizeof known / sizeof known[0], kase, "client"))
         return 4;
-    }
 
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in srv = ipv4(addr, port);
@@ -484,35 +488,29 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
     }
     uint8_t confirm[neg::kConfirmSize];
     neg::encode_confirm(h.nonce, confirm);
-    if (kase == "data_before_confirm") {
-        // An accepted RDMA connection writes into the victim's ring before any CONFIRM
-        // (as a third party whose request was bound to a connection it cannot write to
-        // could), then the TCP connection carries plain bytes: none of the ring bytes
-        // may reach the program.
-        usleep(500 * 1000);
-        memset(qp.stage, 0xEE, 4096);
-        uint32_t imm = neg::make_imm(neg::Imm::data, 4096);
-        out.wc = wc_name(qp.write(acc.ring.addr, acc.ring.rkey, 4096, &imm));
-        send_pattern(fd, bytes);
-        shutdown(fd, SHUT_WR);
-        tcp_drain(fd, false);
-        note_cm_after(cm, kWaitMs);
-        out.print();
-        return 0;
-    }
     if (confirm_case) {
-        if (kase == "confirm_wrong_nonce")
-            confirm[8] ^= 1;
-        else if (kase == "confirm_bad_version")
-            confirm[4] = neg::kVersion + 1;
-        else
-            for (size_t i = 0; i < sizeof confirm; ++i)
-                confirm[i] = static_cast<uint8_t>(0xA5 ^ (i * 37));
         // The victim matches the full CONFIRM only once its own ESTABLISHED event is in
         // (before that, a frame it cannot bind yet is "not ours": peer_no_rdmasock); give
         // its progress thread that moment so the case tests the nonce/frame check.
         usleep(500 * 1000);
-        tcp_send(fd, confirm, sizeof confirm);
+        if (kase == "data_before_confirm") {
+            // The accepted RDMA connection writes into the victim's ring before any
+            // CONFIRM (as a third party whose request was bound to a connection it
+            // cannot write to could), then the TCP connection carries plain bytes: none
+            // of the ring bytes may reach the program.
+            memset(qp.stage, 0xEE, 4096);
+            uint32_t imm = neg::make_imm(neg::Imm::data, 4096);
+            out.wc = wc_name(qp.write(acc.ring.addr, acc.ring.rkey, 4096, &imm));
+        } else {
+            if (kase == "confirm_wrong_nonce")
+                confirm[8] ^= 1;
+            else if (kase == "confirm_bad_version")
+                confirm[4] = neg::kVersion + 1;
+            else
+                for (size_t i = 0; i < sizeof confirm; ++i)
+                    confirm[i] = static_cast<uint8_t>(0xA5 ^ (i * 37));
+            tcp_send(fd, confirm, sizeof confirm);
+        }
         send_pattern(fd, bytes);
         shutdown(fd, SHUT_WR);
         tcp_drain(fd, false);
@@ -575,13 +573,8 @@ int run_server(const std::string &addr, const std::string &kase)
     static const char *const known[] = {"accept_bad_magic", "accept_version", "accept_zero_rkey",
         "accept_log2_high", "accept_reserved", "accept_wrong_nonce", "decline_none", "decline_unknown",
         "second_prefix", "prefix_beyond_tcp"};
-    bool ok = false;
-    for (const char *k : known)
-        ok = ok || kase == k;
-    if (!ok) {
-        fprintf(stderr, "hostile: unknown server case %s\n", kase.c_str());
+    if (!known_case(known, sizeof known / sizeof known[0], kase, "server"))
         return 4;
-    }
     int ls = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a = ipv4(addr, 0);
     if (bind(ls, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 || listen(ls, 4) != 0)

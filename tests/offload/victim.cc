@@ -125,11 +125,10 @@ bool write_all(int fd, const uint8_t *p, size_t n, Result &r)
     return true;
 }
 
-void serve(int fd, int idx)
+// Read until EOF or an error (recorded in r.end); with `echo`, write back what arrives
+// until a write fails.
+void read_all(int fd, Result &r, bool echo)
 {
-    timeouts(fd);
-    const int lport = port_of(fd, false), pport = port_of(fd, true);  // while connected
-    Result r;
     std::vector<uint8_t> buf(64 * 1024);
     for (;;) {
         ssize_t n = recv(fd, buf.data(), buf.size(), 0);
@@ -138,12 +137,20 @@ void serve(int fd, int idx)
         if (n <= 0) {
             r.end = n == 0 ? 0 : errno;
             r.error(r.end);
-            break;
+            return;
         }
         r.take(buf.data(), static_cast<size_t>(n));
-        if (r.wend == 0)
+        if (echo && r.wend == 0)
             write_all(fd, buf.data(), static_cast<size_t>(n), r);
     }
+}
+
+void serve(int fd, int idx)
+{
+    timeouts(fd);
+    const int lport = port_of(fd, false), pport = port_of(fd, true);  // while connected
+    Result r;
+    read_all(fd, r, true);
     if (r.wend == 0)
         shutdown(fd, SHUT_WR);
     std::string name = "s" + std::to_string(idx);
@@ -255,18 +262,7 @@ int run_client(const std::string &addr, int good_port, int bad_port, const std::
         hostile::fill_pattern(out.data(), out.size(), 0, hostile::kSaltClient);
         write_all(b, out.data(), out.size(), br);
         shutdown(b, SHUT_WR);
-        std::vector<uint8_t> in(64 * 1024);
-        for (;;) {
-            ssize_t k = recv(b, in.data(), in.size(), 0);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0) {
-                br.end = k == 0 ? 0 : errno;
-                br.error(br.end);
-                break;
-            }
-            br.take(in.data(), static_cast<size_t>(k));
-        }
+        read_all(b, br, false);
         print_line("bad", b, port_of(b, false), bad_port, br);
         close(b);
     }
