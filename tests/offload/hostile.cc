@@ -13,7 +13,9 @@
 // Client cases.  Rejected HELLOs (the victim must answer with a DECLINE, after which
 // the hostile talks plain TCP: N pattern bytes, shutdown, the echo read and compared):
 //   hello_bad_magic hello_version hello_truncated hello_log2_high hello_log2_low
-//   hello_zero_rkey hello_reserved hello_third_party (a 4-tuple that does not exist)
+//   hello_zero_rkey hello_reserved hello_family hello_unaligned (ring address)
+//   hello_addr_wrap (ring address + size wraps) hello_zero_nonce hello_zero_port
+//   hello_third_party (a 4-tuple that does not exist)
 //   hello_attach_existing (the 4-tuple of another live connection, --steal-port)
 // After a valid HELLO and ACCEPT, a bad CONFIRM on the TCP stream (then N pattern
 // bytes on TCP; the victim must stay on TCP and deliver exactly the bytes sent):
@@ -23,7 +25,8 @@
 // After a complete negotiation and the victim's PREFIX, one bad ring message:
 //   data_overflow (4 KiB of 0xEE written into the ring, then DATA(ring size + 1))
 //   data_zero (DATA(0)) credit_overflow (CREDIT(1), nothing was sent to us)
-//   unknown_type (type 5) prefix_from_client (PREFIX(0))
+//   unknown_type (type 5) prefix_from_client (PREFIX(0)) peer_reset (RESET: documented,
+//   not malformed: the victim must report ECONNRESET)
 //   write_outside_ring (64 bytes WRITE_WITH_IMM DATA(64) at ring address + ring size:
 //   the victim's NIC must refuse it, remote access error)
 // then wait (bounded) for the victim to close the TCP connection, keeping ours open.
@@ -35,6 +38,8 @@
 //   decline_unknown (reason 250) second_prefix (valid ACCEPT, CONFIRM checked, then
 //   PREFIX(0) twice) prefix_beyond_tcp (valid ACCEPT, CONFIRM checked, PREFIX(100) with
 //   no TCP byte sent, FIN over RDMA, then the TCP write side shut down)
+//   accept_ring_outside_mr (a well-formed ACCEPT naming a ring that is mostly outside our
+//   registered memory: the victim's own writes fail with a remote access error)
 //
 // Output: one line "result case=CASE key=value ..." (fields below), exit 0 when the
 // hostile could play its part, 2 when something outside the victim's reaction failed
@@ -395,7 +400,8 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         "hello_attach_existing", "confirm_wrong_nonce", "confirm_bad_version", "confirm_garbage",
         "data_before_confirm",
         "data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client",
-        "write_outside_ring"};
+        "write_outside_ring", "peer_reset", "hello_family", "hello_unaligned", "hello_addr_wrap",
+        "hello_zero_nonce", "hello_zero_port"};
     if (!known_case(known, sizeof known / sizeof known[0], kase, "client"))
         return 4;
 
@@ -456,6 +462,16 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         memset(hello + 44, 0, 4);
     else if (kase == "hello_reserved")
         hello[7] = 0x5a;
+    else if (kase == "hello_family")
+        hello[5] = 5;
+    else if (kase == "hello_unaligned")
+        hello[55] |= 8;  // ring address not 64-byte aligned
+    else if (kase == "hello_addr_wrap")
+        memset(hello + 48, 0xff, 6);  // address + ring size wraps around 2^64
+    else if (kase == "hello_zero_nonce")
+        memset(hello + 8, 0, neg::kNonceSize);
+    else if (kase == "hello_zero_port")
+        memset(hello + 40, 0, 2);
 
     rdma_conn_param param;
     conn_param(&param, hello, hello_len);
@@ -547,6 +563,9 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         } else if (kase == "unknown_type") {
             imm = (5u << 29) | 1u;
             st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
+        } else if (kase == "peer_reset") {
+            imm = neg::make_imm(neg::Imm::reset, 0);
+            st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
         } else if (kase == "prefix_from_client") {
             imm = neg::make_imm(neg::Imm::prefix, 0);
             st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
@@ -572,7 +591,7 @@ int run_server(const std::string &addr, const std::string &kase)
 {
     static const char *const known[] = {"accept_bad_magic", "accept_version", "accept_zero_rkey",
         "accept_log2_high", "accept_reserved", "accept_wrong_nonce", "decline_none", "decline_unknown",
-        "second_prefix", "prefix_beyond_tcp"};
+        "second_prefix", "prefix_beyond_tcp", "accept_ring_outside_mr"};
     if (!known_case(known, sizeof known / sizeof known[0], kase, "server"))
         return 4;
     int ls = socket(AF_INET, SOCK_STREAM, 0);
@@ -635,11 +654,18 @@ int run_server(const std::string &addr, const std::string &kase)
             pd[6] = 0x5a;
         else if (kase == "accept_wrong_nonce")
             pd[20] ^= 1;
+        if (kase == "accept_ring_outside_mr") {
+            // A well-formed ACCEPT whose ring lies mostly outside our registered memory:
+            // the victim's writes beyond the first 4 KiB are refused by our NIC.
+            neg::Accept lie = acc;
+            lie.ring.addr += qp.size - 4096;
+            neg::encode(lie, pd);
+        }
         rdma_conn_param param;
         conn_param(&param, pd, sizeof pd);
         if (rdma_accept(id, &param) != 0)
             die("rdma_accept");
-        if (kase == "second_prefix" || kase == "prefix_beyond_tcp") {
+        if (kase == "second_prefix" || kase == "prefix_beyond_tcp" || kase == "accept_ring_outside_mr") {
             rdma_cm_id *eid;
             if (!cm.next(kWaitMs, &t, &eid, nullptr) || t != RDMA_CM_EVENT_ESTABLISHED) {
                 fprintf(stderr, "hostile: not established\n");
@@ -656,7 +682,9 @@ int run_server(const std::string &addr, const std::string &kase)
                 got += static_cast<size_t>(n);
             }
             out.first_confirm = neg::match_confirm(c, sizeof c, &h.nonce) == neg::ConfirmMatch::yes;
-            if (kase == "second_prefix") {
+            if (kase == "accept_ring_outside_mr") {
+                tcp_drain(fd, false);  // the victim's writes fail: it must reset and close
+            } else if (kase == "second_prefix") {
                 uint32_t imm = neg::make_imm(neg::Imm::prefix, 0);
                 int st = qp.write(h.ring.addr, h.ring.rkey, 0, &imm);
                 if (st == IBV_WC_SUCCESS)

@@ -35,7 +35,9 @@
 //   * server side (victim client): a malformed ACCEPT leaves the victim on TCP with
 //     bad_message (version_mismatch for a wrong version) and no CONFIRM in the stream; a
 //     DECLINE claiming "none" or an unknown reason is recorded as rejected; a second
-//     PREFIX resets the connection (ECONNRESET, no byte delivered).
+//     PREFIX, a PREFIX announcing more bytes than the TCP stream holds, or an ACCEPT
+//     naming a ring outside the peer's registered memory (the victim's own writes fail)
+//     reset the connection (ECONNRESET, no byte delivered).
 //
 // Environment: RDMASOCK_VM_ADDR (or TEST_OFFLOAD_ADDR) the RDMA address;
 // TEST_OFFLOAD_KEEP=1 and TEST_OFFLOAD_TMP=DIR keep each case's files (victim logs at
@@ -417,7 +419,8 @@ bool init_tests()
     const Outcome tcp = Outcome::tcp_exact, reset = Outcome::reset;
 
     auto *hello = BOOST_TEST_SUITE("hello");
-    for (std::string k : {"bad_magic", "truncated", "log2_high", "log2_low", "zero_rkey", "reserved"})
+    for (std::string k : {"bad_magic", "truncated", "log2_high", "log2_low", "zero_rkey", "reserved", "family",
+                          "unaligned", "addr_wrap", "zero_nonce", "zero_port"})
         add(hello, k, [k, tcp] { client_case("hello_" + k, {"REJECTED", "bad_message", "none", "none", tcp, "peer_no_rdmasock"}); });
     add(hello, "version", [tcp] {
         client_case("hello_version", {"REJECTED", "version_mismatch", "none", "none", tcp, "peer_no_rdmasock"});
@@ -451,6 +454,8 @@ bool init_tests()
         client_case("write_outside_ring",
                     {"ESTABLISHED", "none", "REM_ACCESS_ERR", "none", reset, "", "completion error remote access error"});
     });
+    // RESET is not malformed: documented as ECONNRESET for the peer (no check fires).
+    add(ring, "peer_reset", [reset] { client_case("peer_reset", {"ESTABLISHED", "none", "success", "none", reset, ""}); });
     master.add(ring);
 
     auto *srv = BOOST_TEST_SUITE("server");
@@ -465,6 +470,9 @@ bool init_tests()
     // The TCP stream ends before the bytes a PREFIX announced (with an orderly RDMA FIN).
     add(srv, "prefix_beyond_tcp", [reset] {
         server_case("prefix_beyond_tcp", {"", "", "success", "none", reset, "", "reset: the TCP stream ended inside the announced prefix"});
+    });
+    add(srv, "accept_ring_outside_mr", [reset] {
+        server_case("accept_ring_outside_mr", {"", "", "none", "none", reset, "", "completion error remote access error"});
     });
     master.add(srv);
     return true;
