@@ -29,7 +29,11 @@
 //   not malformed: the victim must report ECONNRESET)
 //   write_outside_ring (64 bytes WRITE_WITH_IMM DATA(64) at ring address + ring size:
 //   the victim's NIC must refuse it, remote access error)
+//   tcp_after_confirm (not a ring fault: 100 bytes of 0xEE on TCP right after the
+//   CONFIRM, then N honest pattern bytes on the ring and FIN; the victim must deliver
+//   the ring bytes only, and its echo is checked in our ring)
 // then wait (bounded) for the victim to close the TCP connection, keeping ours open.
+//   rdma_sent, ring_echo_ok  tcp_after_confirm: ring bytes sent, echo exact (1/0)
 //
 // Server cases (the victim client writes N pattern bytes and shuts down; a fallen back
 // connection is echoed on TCP):
@@ -54,6 +58,7 @@
 //   echo_ok     1 when what we read equals what we wrote
 //   first_confirm  server: the first TCP bytes were a CONFIRM frame (1/0)
 //   tcp_end     how our TCP read ended: eof, ECONNRESET, timeout
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cinttypes>
@@ -112,15 +117,17 @@ struct Out {
     std::vector<uint8_t> sent_bytes, recv_bytes;
     int first_confirm = -1;
     std::string tcp_end = "none";
+    uint64_t rdma_sent = 0;  // pattern bytes we wrote into the victim's ring
+    int ring_echo_ok = -1;   // the victim's echo of them arrived exactly in our ring
     void print()
     {
         bool echo = sent_bytes == recv_bytes;
         printf("result case=%s local_port=%d cm=%s decline=%s cm_after=%s wc=%s tcp_sent=%" PRIu64
                " sent_hash=%016" PRIx64 " tcp_received=%" PRIu64 " recv_hash=%016" PRIx64
-               " echo_ok=%d first_confirm=%d tcp_end=%s\n",
+               " echo_ok=%d first_confirm=%d tcp_end=%s rdma_sent=%" PRIu64 " ring_echo_ok=%d\n",
                kase.c_str(), local_port, cm.c_str(), decline.c_str(), cm_after.c_str(), wc.c_str(),
                tcp_sent, sent_hash.h, tcp_received, recv_hash.h, echo ? 1 : 0, first_confirm,
-               tcp_end.c_str());
+               tcp_end.c_str(), rdma_sent, ring_echo_ok);
         fflush(stdout);
     }
 };
@@ -286,21 +293,25 @@ struct Qp {
         if (ibv_post_send(id->qp, &wr, &bad) != 0)
             die("ibv_post_send");
         long long deadline = now_ms() + kWaitMs;
-        while (now_ms() < deadline) {
+        int status = -1;
+        while (status < 0 && now_ms() < deadline) {
             ibv_wc wc[8];
             int n = ibv_poll_cq(cq, 8, wc);
+            // Every completion of the batch is taken in: receives after the send's too.
+            // Sends have wr_id 1, receives 0 (the opcode of a failed completion is not
+            // defined).
             for (int i = 0; i < n; ++i) {
-                if (wc[i].opcode & IBV_WC_RECV) {
+                if (wc[i].wr_id == 0) {
                     if (wc[i].status == IBV_WC_SUCCESS && wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM)
                         imms.push_back(ntohl(wc[i].imm_data));
-                    continue;
+                } else {
+                    status = wc[i].status;
                 }
-                return wc[i].status;
             }
             if (n == 0)
                 usleep(1000);
         }
-        return -1;
+        return status;
     }
     // Wait for a received immediate of `type`; false on timeout.
     bool wait_imm(neg::Imm type, uint32_t *value)
@@ -401,7 +412,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         "data_before_confirm",
         "data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client",
         "write_outside_ring", "peer_reset", "hello_family", "hello_unaligned", "hello_addr_wrap",
-        "hello_zero_nonce", "hello_zero_port"};
+        "hello_zero_nonce", "hello_zero_port", "tcp_after_confirm"};
     if (!known_case(known, sizeof known / sizeof known[0], kase, "client"))
         return 4;
 
@@ -536,8 +547,16 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
     }
     // Data path: a correct CONFIRM, the victim's PREFIX, then one bad ring message.
     if (data_case) {
-        if (send(fd, confirm, sizeof confirm, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof confirm))
+        if (kase == "tcp_after_confirm") {
+            // Bytes after the CONFIRM on TCP are never the stream's: all later client
+            // bytes go to the ring.
+            uint8_t b[sizeof confirm + 100];
+            memcpy(b, confirm, sizeof confirm);
+            memset(b + sizeof confirm, 0xEE, 100);
+            tcp_send(fd, b, sizeof b);
+        } else if (send(fd, confirm, sizeof confirm, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof confirm)) {
             die("send CONFIRM");
+        }
         uint32_t pfx = 0;
         if (!qp.wait_imm(neg::Imm::prefix, &pfx)) {
             fprintf(stderr, "hostile: no PREFIX from the victim\n");
@@ -569,6 +588,38 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         } else if (kase == "prefix_from_client") {
             imm = neg::make_imm(neg::Imm::prefix, 0);
             st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
+        } else if (kase == "tcp_after_confirm") {
+            // An honest stream on the ring (bytes <= both rings: no credit needed), FIN,
+            // and the victim's echo checked in our ring.
+            bytes = std::min<uint64_t>(bytes, std::min<uint64_t>(vsize, qp.size));
+            hostile::fill_pattern(qp.stage, static_cast<size_t>(bytes), 0, hostile::kSaltClient);
+            imm = neg::make_imm(neg::Imm::data, static_cast<uint32_t>(bytes));
+            st = qp.write(acc.ring.addr, acc.ring.rkey, static_cast<uint32_t>(bytes), &imm);
+            out.rdma_sent = st == IBV_WC_SUCCESS ? bytes : 0;
+            imm = neg::make_imm(neg::Imm::fin, 0);
+            if (st == IBV_WC_SUCCESS)
+                st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
+            uint64_t echoed = 0;
+            uint32_t v = 0;
+            while (echoed < bytes && qp.wait_imm(neg::Imm::data, &v)) {
+                echoed += v;
+                qp.imms.erase(std::find_if(qp.imms.begin(), qp.imms.end(), [](uint32_t x) {
+                    return neg::imm_type(x) == neg::Imm::data;
+                }));
+            }
+            std::vector<uint8_t> want(static_cast<size_t>(bytes));
+            hostile::fill_pattern(want.data(), want.size(), 0, hostile::kSaltClient);
+            out.ring_echo_ok = echoed == bytes && memcmp(qp.ring, want.data(), want.size()) == 0;
+            if (!out.ring_echo_ok) {
+                fprintf(stderr, "hostile: echo %" PRIu64 " of %" PRIu64 " bytes announced; immediates left:",
+                        echoed, bytes);
+                for (uint32_t x : qp.imms)
+                    fprintf(stderr, " %u:%u", static_cast<unsigned>(neg::imm_type(x)), neg::imm_value(x));
+                size_t same = 0;
+                while (same < want.size() && qp.ring[same] == want[same])
+                    ++same;
+                fprintf(stderr, "; ring matches for %zu bytes\n", same);
+            }
         } else if (kase == "write_outside_ring") {
             memset(qp.stage, 0xEE, 64);
             imm = neg::make_imm(neg::Imm::data, 64);

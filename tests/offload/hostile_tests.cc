@@ -31,7 +31,9 @@
 //     - bad ring messages (DATA beyond the granted space, DATA(0), CREDIT of bytes never
 //       sent, unknown type, PREFIX from a client, a write outside the ring that the NIC
 //       refuses with a remote access error): the victim's first failing call gets
-//       ECONNRESET, no byte is delivered, and the victim closes the connection;
+//       ECONNRESET, no byte is delivered, and the victim closes the connection; bytes
+//       on TCP after a valid CONFIRM are never delivered (tcp_after_confirm: only the
+//       ring stream is, byte-exact, and echoed exactly);
 //   * server side (victim client): a malformed ACCEPT leaves the victim on TCP with
 //     bad_message (version_mismatch for a wrong version) and no CONFIRM in the stream; a
 //     DECLINE claiming "none" or an unknown reason is recorded as rejected; a second
@@ -265,6 +267,7 @@ void check_good(Case &c, const Fields &f, const std::string &who)
 enum class Outcome {
     tcp_exact,  // fell back to TCP: the hostile's bytes delivered exactly and echoed
     reset,      // on RDMA, reset: ECONNRESET, nothing delivered
+    rdma_exact, // on RDMA: exactly the hostile's ring bytes delivered and echoed, EOF
 };
 
 struct Expect {
@@ -342,6 +345,16 @@ void client_case(const std::string &kase, const Expect &e)
                             ctx << "the victim did not receive exactly the hostile's TCP bytes");
         BOOST_CHECK_MESSAGE(get(hr, "echo_ok") == "1" && get(hr, "tcp_end") == "eof",
                             ctx << "the echo over TCP is not exact");
+    } else if (e.outcome == Outcome::rdma_exact) {
+        BOOST_CHECK_MESSAGE(get(bad, "transport") == "rdma" && get(bad, "received") == get(hr, "rdma_sent") &&
+                                get(bad, "match") == get(hr, "rdma_sent") && get(hr, "rdma_sent") != "0" &&
+                                get(bad, "end") == "eof" && get(bad, "err") == "ok",
+                            ctx << "the victim did not deliver exactly the ring bytes (and EOF)");
+        // The victim never reads the TCP bytes after the CONFIRM: its kernel answers its
+        // close() with an RST (unread data), so either end of our TCP read is a close.
+        BOOST_CHECK_MESSAGE(get(hr, "ring_echo_ok") == "1" &&
+                                (get(hr, "tcp_end") == "eof" || get(hr, "tcp_end") == "ECONNRESET"),
+                            ctx << "the victim's echo over the ring is not exact, or it did not close\n" << c.report());
     } else {
         BOOST_CHECK_MESSAGE(get(bad, "err") == "ECONNRESET" && get(bad, "received") == "0" &&
                                 get(bad, "transport") == "rdma",
@@ -456,6 +469,10 @@ bool init_tests()
     });
     // RESET is not malformed: documented as ECONNRESET for the peer (no check fires).
     add(ring, "peer_reset", [reset] { client_case("peer_reset", {"ESTABLISHED", "none", "success", "none", reset, ""}); });
+    // Bytes on TCP after the CONFIRM never reach the program; the ring stream does.
+    add(ring, "tcp_after_confirm", [] {
+        client_case("tcp_after_confirm", {"ESTABLISHED", "none", "success", "none", Outcome::rdma_exact, ""});
+    });
     master.add(ring);
 
     auto *srv = BOOST_TEST_SUITE("server");
