@@ -29,6 +29,7 @@
 //   not malformed: the victim must report ECONNRESET)
 //   write_outside_ring (64 bytes WRITE_WITH_IMM DATA(64) at ring address + ring size:
 //   the victim's NIC must refuse it, remote access error)
+//   data_after_fin (FIN, then once the victim has closed, DATA(16) with 16 bytes)
 //   tcp_after_confirm (not a ring fault: 100 bytes of 0xEE on TCP right after the
 //   CONFIRM, then N honest pattern bytes on the ring and FIN; the victim must deliver
 //   the ring bytes only, and its echo is checked in our ring)
@@ -412,7 +413,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         "data_before_confirm",
         "data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client",
         "write_outside_ring", "peer_reset", "hello_family", "hello_unaligned", "hello_addr_wrap",
-        "hello_zero_nonce", "hello_zero_port", "tcp_after_confirm"};
+        "hello_zero_nonce", "hello_zero_port", "tcp_after_confirm", "data_after_fin"};
     if (!known_case(known, sizeof known / sizeof known[0], kase, "client"))
         return 4;
 
@@ -582,6 +583,9 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         } else if (kase == "unknown_type") {
             imm = (5u << 29) | 1u;
             st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
+        } else if (kase == "data_after_fin") {
+            imm = neg::make_imm(neg::Imm::fin, 0);
+            st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
         } else if (kase == "peer_reset") {
             imm = neg::make_imm(neg::Imm::reset, 0);
             st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
@@ -630,6 +634,16 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         // side of the TCP connection stays open (a TCP EOF without an RDMA FIN would be
         // a reset of its own and hide a missing check).
         tcp_drain(fd, false);
+        if (kase == "data_after_fin") {
+            // The victim read EOF and closed: its connection waits in the graveyard (or
+            // is gone).  DATA now: 16 bytes of 0xEE with DATA(16); our send status is
+            // whatever the victim's state gives (not checked), then a moment for the
+            // victim to process it.
+            memset(qp.stage, 0xEE, 16);
+            imm = neg::make_imm(neg::Imm::data, 16);
+            out.wc = wc_name(qp.write(acc.ring.addr, acc.ring.rkey, 16, &imm));
+            usleep(500 * 1000);
+        }
         out.print();
         return 0;
     }

@@ -268,12 +268,13 @@ enum class Outcome {
     tcp_exact,  // fell back to TCP: the hostile's bytes delivered exactly and echoed
     reset,      // on RDMA, reset: ECONNRESET, nothing delivered
     rdma_exact, // on RDMA: exactly the hostile's ring bytes delivered and echoed, EOF
+    eof_empty,  // on RDMA: EOF with nothing delivered, the victim closes
 };
 
 struct Expect {
     std::string cm;        // the hostile's rdma_cm result
     std::string decline;   // the DECLINE's reason ("none": no DECLINE)
-    std::string wc;        // the hostile's last send status ("none": no ring message)
+    std::string wc;        // the hostile's last send status ("none": no ring message, "*": any)
     std::string cm_after;  // a later rdma_cm event ("none": not checked)
     Outcome outcome;
     std::string reason;    // the victim connection's reason (tcp_exact)
@@ -332,11 +333,16 @@ void client_case(const std::string &kase, const Expect &e)
     BOOST_CHECK_MESSAGE(get(hr, "cm") == e.cm, ctx << "rdma_cm answer " << get(hr, "cm") << ", expected " << e.cm);
     BOOST_CHECK_MESSAGE(get(hr, "decline") == e.decline,
                         ctx << "DECLINE " << get(hr, "decline") << ", expected " << e.decline);
-    BOOST_CHECK_MESSAGE(get(hr, "wc") == e.wc, ctx << "send status " << get(hr, "wc") << ", expected " << e.wc);
+    if (e.wc != "*")
+        BOOST_CHECK_MESSAGE(get(hr, "wc") == e.wc, ctx << "send status " << get(hr, "wc") << ", expected " << e.wc);
     if (e.cm_after != "none")
         BOOST_CHECK_MESSAGE(get(hr, "cm_after") == e.cm_after,
                             ctx << "later rdma_cm event " << get(hr, "cm_after") << ", expected " << e.cm_after);
-    if (e.outcome == Outcome::tcp_exact) {
+    if (e.outcome == Outcome::eof_empty) {
+        BOOST_CHECK_MESSAGE(get(bad, "transport") == "rdma" && get(bad, "received") == "0" && get(bad, "end") == "eof" &&
+                                get(bad, "err") == "ok" && get(hr, "tcp_end") == "eof",
+                            ctx << "the victim did not read a plain EOF (0 bytes) and close");
+    } else if (e.outcome == Outcome::tcp_exact) {
         BOOST_CHECK_MESSAGE(get(bad, "transport") == "tcp" && get(bad, "reason") == e.reason,
                             ctx << "victim transport/reason " << get(bad, "transport") << "/" << get(bad, "reason")
                                 << ", expected tcp/" << e.reason);
@@ -469,6 +475,11 @@ bool init_tests()
     });
     // RESET is not malformed: documented as ECONNRESET for the peer (no check fires).
     add(ring, "peer_reset", [reset] { client_case("peer_reset", {"ESTABLISHED", "none", "success", "none", reset, ""}); });
+    // DATA after the FIN, sent once the victim has read EOF and closed: it must survive
+    // (the connection lingers in the graveyard or is gone) and deliver nothing.
+    add(ring, "data_after_fin", [] {
+        client_case("data_after_fin", {"ESTABLISHED", "none", "*", "none", Outcome::eof_empty, ""});
+    });
     // Bytes on TCP after the CONFIRM never reach the program; the ring stream does.
     add(ring, "tcp_after_confirm", [] {
         client_case("tcp_after_confirm", {"ESTABLISHED", "none", "success", "none", Outcome::rdma_exact, ""});
