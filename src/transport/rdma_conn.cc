@@ -841,6 +841,10 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
                     continue;
                 return static_cast<ssize_t>(done);  // the server closed before it ever switched: plain EOF
             }
+            if (r == 0 && want > 0)
+                // The server announced more TCP bytes than its stream holds: they can
+                // never come (and waiting for the readable TCP fd would spin).
+                fail("the TCP stream ended inside the announced prefix");
             if (r < 0 && e != EAGAIN && e != EINTR)
                 return done > 0 ? static_cast<ssize_t>(done) : -e;
             if (!prefix_known_ || prefix_left_ > 0) {

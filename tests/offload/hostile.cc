@@ -1,0 +1,821 @@
+// hostile: a peer that speaks rdmasock's protocol (docs/protocol.md) and breaks it on
+// purpose, one misbehaviour per run (tests/offload/hostile_tests.cc).  Plain C++17 on
+// librdmacm, libibverbs and sockets; it never runs under librdmasock.  Messages are
+// built with the library's own encoders (src/core/negotiate.cc), then corrupted.
+//
+//   hostile client --addr A --port P --case CASE [--bytes N] [--steal-port L]
+//       TCP-connect to A:P (a victim server under librdmasock), then negotiate over
+//       rdma_cm with the misbehaviour CASE.
+//   hostile server --addr A --case CASE
+//       listen on A (TCP, and rdma_cm on the same port), print "port=P", serve one
+//       connection from a victim client with the misbehaviour CASE.
+//
+// Client cases.  Rejected HELLOs (the victim must answer with a DECLINE, after which
+// the hostile talks plain TCP: N pattern bytes, shutdown, the echo read and compared):
+//   hello_bad_magic hello_version hello_truncated hello_log2_high hello_log2_low
+//   hello_zero_rkey hello_reserved hello_family hello_unaligned (ring address)
+//   hello_addr_wrap (ring address + size wraps) hello_zero_nonce hello_zero_port
+//   hello_third_party (a 4-tuple that does not exist)
+//   hello_attach_existing (the 4-tuple of another live connection, --steal-port)
+// After a valid HELLO and ACCEPT, a bad CONFIRM on the TCP stream (then N pattern
+// bytes on TCP; the victim must stay on TCP and deliver exactly the bytes sent):
+//   confirm_wrong_nonce confirm_bad_version confirm_garbage
+// data_before_confirm: after the ACCEPT, 4 KiB of 0xEE as DATA into the victim's ring,
+// then no CONFIRM but N pattern bytes on TCP (the victim must deliver only those).
+// After a complete negotiation and the victim's PREFIX, one bad ring message:
+//   data_overflow (4 KiB of 0xEE written into the ring, then DATA(ring size + 1))
+//   data_zero (DATA(0)) credit_overflow (CREDIT(1), nothing was sent to us)
+//   unknown_type (type 5) prefix_from_client (PREFIX(0)) peer_reset (RESET: documented,
+//   not malformed: the victim must report ECONNRESET)
+//   write_outside_ring (64 bytes WRITE_WITH_IMM DATA(64) at ring address + ring size:
+//   the victim's NIC must refuse it, remote access error)
+//   data_after_fin (FIN, then once the victim has closed, DATA(16) with 16 bytes)
+//   tcp_after_confirm (not a ring fault: 100 bytes of 0xEE on TCP right after the
+//   CONFIRM, then N honest pattern bytes on the ring and FIN; the victim must deliver
+//   the ring bytes only, and its echo is checked in our ring)
+// then wait (bounded) for the victim to close the TCP connection, keeping ours open.
+//   rdma_sent, ring_echo_ok  tcp_after_confirm: ring bytes sent, echo exact (1/0)
+//
+// Server cases (the victim client writes N pattern bytes and shuts down; a fallen back
+// connection is echoed on TCP):
+//   accept_bad_magic accept_version accept_zero_rkey accept_log2_high accept_reserved
+//   accept_wrong_nonce decline_none (a DECLINE claiming reason "none")
+//   decline_unknown (reason 250) second_prefix (valid ACCEPT, CONFIRM checked, then
+//   PREFIX(0) twice) prefix_beyond_tcp (valid ACCEPT, CONFIRM checked, PREFIX(100) with
+//   no TCP byte sent, FIN over RDMA, then the TCP write side shut down)
+//   accept_ring_outside_mr (a well-formed ACCEPT naming a ring that is mostly outside our
+//   registered memory: the victim's own writes fail with a remote access error)
+//
+// Output: one line "result case=CASE key=value ..." (fields below), exit 0 when the
+// hostile could play its part, 2 when something outside the victim's reaction failed
+// (set-up, the victim not answering in time shows in the fields, not the status).
+//   local_port  the TCP connection's local port
+//   cm          the rdma_cm answer to our connect (ESTABLISHED, REJECTED, none)
+//   decline     the DECLINE's reason code (when REJECTED with one), else "none"
+//   cm_after    a later rdma_cm event on the connection (DISCONNECTED) or none
+//   wc          status of our last send work request (success, REM_ACCESS_ERR ...)
+//   tcp_sent, sent_hash         bytes we wrote on TCP and their FNV-1a 64
+//   tcp_received, recv_hash     bytes we read on TCP before EOF and their hash
+//   echo_ok     1 when what we read equals what we wrote
+//   first_confirm  server: the first TCP bytes were a CONFIRM frame (1/0)
+//   tcp_end     how our TCP read ended: eof, ECONNRESET, timeout
+#include <algorithm>
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <string>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <vector>
+
+#include "src/core/negotiate.hh"
+#include "tests/offload/hostile_common.hh"
+
+namespace neg = rdmasock::neg;
+
+namespace {
+
+const char *const kReasonCodes[] = {
+#define RS_REASON(id, code, doc) code,
+#include "src/core/reason.def"
+#undef RS_REASON
+};
+
+constexpr int kWaitMs = 15000;     // any single wait for the victim
+constexpr unsigned kOurLog2 = 16;  // our receive ring: 64 KiB
+constexpr int kDepth = 32;
+
+[[noreturn]] void die(const char *what)
+{
+    fprintf(stderr, "hostile: %s: %s\n", what, strerror(errno));
+    fflush(stdout);
+    exit(2);
+}
+
+long long now_ms()
+{
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<long long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct Out {
+    std::string kase;
+    int local_port = -1;
+    std::string cm = "none", decline = "none", cm_after = "none", wc = "none";
+    uint64_t tcp_sent = 0, tcp_received = 0;
+    hostile::Hash sent_hash, recv_hash;
+    std::vector<uint8_t> sent_bytes, recv_bytes;
+    int first_confirm = -1;
+    std::string tcp_end = "none";
+    uint64_t rdma_sent = 0;  // pattern bytes we wrote into the victim's ring
+    int ring_echo_ok = -1;   // the victim's echo of them arrived exactly in our ring
+    void print()
+    {
+        bool echo = sent_bytes == recv_bytes;
+        printf("result case=%s local_port=%d cm=%s decline=%s cm_after=%s wc=%s tcp_sent=%" PRIu64
+               " sent_hash=%016" PRIx64 " tcp_received=%" PRIu64 " recv_hash=%016" PRIx64
+               " echo_ok=%d first_confirm=%d tcp_end=%s rdma_sent=%" PRIu64 " ring_echo_ok=%d\n",
+               kase.c_str(), local_port, cm.c_str(), decline.c_str(), cm_after.c_str(), wc.c_str(),
+               tcp_sent, sent_hash.h, tcp_received, recv_hash.h, echo ? 1 : 0, first_confirm,
+               tcp_end.c_str(), rdma_sent, ring_echo_ok);
+        fflush(stdout);
+    }
+};
+Out out;
+
+// ---- TCP -----------------------------------------------------------------------------------
+
+void tcp_send(int fd, const uint8_t *p, size_t n)
+{
+    out.sent_hash.add(p, n);
+    out.sent_bytes.insert(out.sent_bytes.end(), p, p + n);
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            die("tcp send");
+        out.tcp_sent += static_cast<uint64_t>(w);
+        p += w;
+        n -= static_cast<size_t>(w);
+    }
+}
+
+// Read until EOF/error/timeout; with `echo`, send back what arrives (server cases).
+void tcp_drain(int fd, bool echo)
+{
+    uint8_t buf[16384];
+    long long deadline = now_ms() + kWaitMs;
+    for (;;) {
+        pollfd p{fd, POLLIN, 0};
+        int left = static_cast<int>(deadline - now_ms());
+        if (left <= 0 || poll(&p, 1, left) == 0) {
+            out.tcp_end = "timeout";
+            return;
+        }
+        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            out.tcp_end = n == 0 ? "eof" : strerrorname_np(errno);
+            return;
+        }
+        out.tcp_received += static_cast<uint64_t>(n);
+        out.recv_hash.add(buf, static_cast<size_t>(n));
+        out.recv_bytes.insert(out.recv_bytes.end(), buf, buf + n);
+        if (echo)
+            tcp_send(fd, buf, static_cast<size_t>(n));
+    }
+}
+
+void send_pattern(int fd, uint64_t n)
+{
+    std::vector<uint8_t> b(static_cast<size_t>(n));
+    hostile::fill_pattern(b.data(), b.size(), 0, hostile::kSaltClient);
+    tcp_send(fd, b.data(), b.size());
+}
+
+sockaddr_in ipv4(const std::string &addr, int port)
+{
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (inet_pton(AF_INET, addr.c_str(), &a.sin_addr) != 1) {
+        errno = EINVAL;
+        die("address");
+    }
+    return a;
+}
+
+// ---- rdma_cm and verbs ----------------------------------------------------------------------
+
+struct Cm {
+    rdma_event_channel *ch = nullptr;
+    // Next event for any id of the channel within timeout_ms; false on timeout.  The
+    // private data is copied out before the event is acknowledged.
+    bool next(int timeout_ms, rdma_cm_event_type *type, rdma_cm_id **id, std::vector<uint8_t> *pdata,
+              rdma_cm_id **listen_id = nullptr)
+    {
+        pollfd p{ch->fd, POLLIN, 0};
+        if (poll(&p, 1, timeout_ms) <= 0)
+            return false;
+        rdma_cm_event *ev = nullptr;
+        if (rdma_get_cm_event(ch, &ev) != 0)
+            die("rdma_get_cm_event");
+        *type = ev->event;
+        *id = ev->id;
+        if (listen_id)
+            *listen_id = ev->listen_id;
+        if (pdata) {
+            pdata->clear();
+            const auto *d = static_cast<const uint8_t *>(ev->param.conn.private_data);
+            if (d != nullptr)
+                pdata->assign(d, d + ev->param.conn.private_data_len);
+        }
+        rdma_ack_cm_event(ev);
+        return true;
+    }
+};
+
+struct Qp {
+    rdma_cm_id *id = nullptr;
+    ibv_pd *pd = nullptr;
+    ibv_cq *cq = nullptr;
+    ibv_mr *mr = nullptr;   // our receive ring (remote write)
+    ibv_mr *smr = nullptr;  // our staging buffer (local)
+    uint8_t *ring = nullptr, *stage = nullptr;
+    size_t size = 0;
+    std::vector<uint32_t> imms;  // immediates received, in order
+
+    void create(rdma_cm_id *cid)
+    {
+        id = cid;
+        pd = ibv_alloc_pd(id->verbs);
+        cq = pd ? ibv_create_cq(id->verbs, 4 * kDepth, nullptr, nullptr, 0) : nullptr;
+        if (!cq)
+            die("pd/cq");
+        ibv_qp_init_attr a{};
+        a.qp_type = IBV_QPT_RC;
+        a.send_cq = a.recv_cq = cq;
+        a.cap.max_send_wr = a.cap.max_recv_wr = kDepth;
+        a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+        if (rdma_create_qp(id, pd, &a) != 0)
+            die("rdma_create_qp");
+        size = size_t{1} << kOurLog2;
+        ring = static_cast<uint8_t *>(aligned_alloc(4096, size));
+        stage = static_cast<uint8_t *>(aligned_alloc(4096, size));
+        if (!ring || !stage)
+            die("alloc");
+        memset(ring, 0, size);
+        mr = ibv_reg_mr(pd, ring, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+        smr = ibv_reg_mr(pd, stage, size, IBV_ACCESS_LOCAL_WRITE);
+        if (!mr || !smr)
+            die("ibv_reg_mr");
+        for (int i = 0; i < kDepth; ++i) {
+            ibv_recv_wr wr{}, *bad = nullptr;
+            if (ibv_post_recv(id->qp, &wr, &bad) != 0)
+                die("ibv_post_recv");
+        }
+    }
+    neg::RingInfo info() const
+    {
+        neg::RingInfo r;
+        r.addr = reinterpret_cast<uint64_t>(ring);
+        r.rkey = mr->rkey;
+        r.log2 = kOurLog2;
+        return r;
+    }
+    // One signalled RDMA WRITE (with immediate when imm != nullptr) of len staged bytes
+    // to raddr; returns the send completion's status (or -1 when none came in time).
+    int write(uint64_t raddr, uint32_t rkey, uint32_t len, const uint32_t *imm)
+    {
+        ibv_sge sge{reinterpret_cast<uint64_t>(stage), len, smr->lkey};
+        ibv_send_wr wr{}, *bad = nullptr;
+        wr.wr_id = 1;
+        wr.sg_list = len ? &sge : nullptr;
+        wr.num_sge = len ? 1 : 0;
+        wr.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+        if (imm)
+            wr.imm_data = htonl(*imm);
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.wr.rdma.remote_addr = raddr;
+        wr.wr.rdma.rkey = rkey;
+        if (ibv_post_send(id->qp, &wr, &bad) != 0)
+            die("ibv_post_send");
+        long long deadline = now_ms() + kWaitMs;
+        int status = -1;
+        while (status < 0 && now_ms() < deadline) {
+            ibv_wc wc[8];
+            int n = ibv_poll_cq(cq, 8, wc);
+            // Every completion of the batch is taken in: receives after the send's too.
+            // Sends have wr_id 1, receives 0 (the opcode of a failed completion is not
+            // defined).
+            for (int i = 0; i < n; ++i) {
+                if (wc[i].wr_id == 0) {
+                    if (wc[i].status == IBV_WC_SUCCESS && wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+                        imms.push_back(ntohl(wc[i].imm_data));
+                } else {
+                    status = wc[i].status;
+                }
+            }
+            if (n == 0)
+                usleep(1000);
+        }
+        return status;
+    }
+    // Wait for a received immediate of `type`; false on timeout.
+    bool wait_imm(neg::Imm type, uint32_t *value)
+    {
+        long long deadline = now_ms() + kWaitMs;
+        size_t seen = 0;
+        while (now_ms() < deadline) {
+            for (; seen < imms.size(); ++seen)
+                if (neg::imm_type(imms[seen]) == type) {
+                    *value = neg::imm_value(imms[seen]);
+                    return true;
+                }
+            ibv_wc wc[8];
+            int n = ibv_poll_cq(cq, 8, wc);
+            for (int i = 0; i < n; ++i)
+                if (wc[i].status == IBV_WC_SUCCESS && wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+                    imms.push_back(ntohl(wc[i].imm_data));
+            if (n == 0)
+                usleep(1000);
+        }
+        return false;
+    }
+};
+
+std::string wc_name(int st)
+{
+    switch (st) {
+    case -1: return "none";
+    case IBV_WC_SUCCESS: return "success";
+    case IBV_WC_REM_ACCESS_ERR: return "REM_ACCESS_ERR";
+    case IBV_WC_WR_FLUSH_ERR: return "WR_FLUSH_ERR";
+    case IBV_WC_REM_OP_ERR: return "REM_OP_ERR";
+    case IBV_WC_RETRY_EXC_ERR: return "RETRY_EXC_ERR";
+    case IBV_WC_REM_INV_REQ_ERR: return "REM_INV_REQ_ERR";
+    default: return "status" + std::to_string(st);
+    }
+}
+
+std::string decline_of(const std::vector<uint8_t> &p)
+{
+    if (p.size() < neg::kDeclineSize || memcmp(p.data(), "RSKD", 4) != 0)
+        return "none";
+    if (p[4] != neg::kVersion)
+        return "bad_version";
+    size_t n = sizeof kReasonCodes / sizeof kReasonCodes[0];
+    return p[5] < n ? kReasonCodes[p[5]] : "unknown" + std::to_string(p[5]);
+}
+
+void conn_param(rdma_conn_param *p, const uint8_t *pd, size_t len)
+{
+    *p = rdma_conn_param{};
+    p->private_data = pd;
+    p->private_data_len = static_cast<uint8_t>(len);
+    p->retry_count = 7;
+    p->rnr_retry_count = 7;
+}
+
+// "RDMA_CM_EVENT_REJECTED" -> "REJECTED".
+std::string event_name(rdma_cm_event_type t)
+{
+    std::string s = rdma_event_str(t);
+    return s.rfind("RDMA_CM_EVENT_", 0) == 0 ? s.substr(14) : s;
+}
+
+// A later event on the connection other than ESTABLISHED (DISCONNECTED after the
+// victim gave up RDMA).
+void note_cm_after(Cm &cm, int timeout_ms)
+{
+    rdma_cm_event_type t;
+    rdma_cm_id *id;
+    long long deadline = now_ms() + timeout_ms;
+    while (now_ms() < deadline && cm.next(static_cast<int>(deadline - now_ms()), &t, &id, nullptr))
+        if (t != RDMA_CM_EVENT_ESTABLISHED) {
+            out.cm_after = event_name(t);
+            return;
+        }
+}
+
+bool known_case(const char *const *list, size_t n, const std::string &kase, const char *role)
+{
+    for (size_t i = 0; i < n; ++i)
+        if (kase == list[i])
+            return true;
+    fprintf(stderr, "hostile: unknown %s case %s\n", role, kase.c_str());
+    return false;
+}
+
+// ---- client ---------------------------------------------------------------------------------
+
+int run_client(const std::string &addr, int port, const std::string &kase, uint64_t bytes, int steal_port)
+{
+    const bool hello_case = kase.rfind("hello_", 0) == 0;
+    const bool confirm_case = kase.rfind("confirm_", 0) == 0 || kase == "data_before_confirm";
+    const bool data_case = !hello_case && !confirm_case;
+    static const char *const known[] = {"hello_bad_magic", "hello_version", "hello_truncated",
+        "hello_log2_high", "hello_log2_low", "hello_zero_rkey", "hello_reserved", "hello_third_party",
+        "hello_attach_existing", "confirm_wrong_nonce", "confirm_bad_version", "confirm_garbage",
+        "data_before_confirm",
+        "data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client",
+        "write_outside_ring", "peer_reset", "hello_family", "hello_unaligned", "hello_addr_wrap",
+        "hello_zero_nonce", "hello_zero_port", "tcp_after_confirm", "data_after_fin"};
+    if (!known_case(known, sizeof known / sizeof known[0], kase, "client"))
+        return 4;
+
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in srv = ipv4(addr, port);
+    if (connect(fd, reinterpret_cast<sockaddr *>(&srv), sizeof srv) != 0)
+        die("connect");
+    sockaddr_in local{};
+    socklen_t ll = sizeof local;
+    getsockname(fd, reinterpret_cast<sockaddr *>(&local), &ll);
+    out.local_port = ntohs(local.sin_port);
+
+    Cm cm;
+    cm.ch = rdma_create_event_channel();
+    rdma_cm_id *id = nullptr;
+    if (!cm.ch || rdma_create_id(cm.ch, &id, nullptr, RDMA_PS_TCP) != 0)
+        die("rdma_create_id");
+    sockaddr_in src = local;
+    src.sin_port = 0;
+    rdma_cm_event_type t;
+    rdma_cm_id *eid;
+    std::vector<uint8_t> pdata;
+    if (rdma_resolve_addr(id, reinterpret_cast<sockaddr *>(&src), reinterpret_cast<sockaddr *>(&srv), 2000) != 0 ||
+        !cm.next(kWaitMs, &t, &eid, nullptr) || t != RDMA_CM_EVENT_ADDR_RESOLVED)
+        die("resolve addr");
+    if (rdma_resolve_route(id, 2000) != 0 || !cm.next(kWaitMs, &t, &eid, nullptr) ||
+        t != RDMA_CM_EVENT_ROUTE_RESOLVED)
+        die("resolve route");
+    Qp qp;
+    qp.create(id);
+
+    neg::Hello h;
+    h.family = AF_INET;
+    if (getrandom(h.nonce.b, sizeof h.nonce.b, 0) != sizeof h.nonce.b)
+        die("getrandom");
+    memcpy(&h.client_addr, &local.sin_addr, 4);
+    h.client_port = out.local_port;
+    h.server_port = static_cast<uint16_t>(port);
+    h.ring = qp.info();
+    if (kase == "hello_third_party")
+        h.client_port = 1;  // no connection to the victim comes from port 1
+    if (kase == "hello_attach_existing")
+        h.client_port = static_cast<uint16_t>(steal_port);
+    uint8_t hello[neg::kHelloSize];
+    neg::encode(h, hello);
+    size_t hello_len = sizeof hello;
+    if (kase == "hello_bad_magic")
+        hello[0] = 'X';
+    else if (kase == "hello_version")
+        hello[4] = neg::kVersion + 1;
+    else if (kase == "hello_truncated")
+        hello_len = 40;  // up to the ports: rdma_cm pads the rest with zeros
+    else if (kase == "hello_log2_high")
+        hello[6] = neg::kMaxRingLog2 + 1;
+    else if (kase == "hello_log2_low")
+        hello[6] = neg::kMinRingLog2 - 1;
+    else if (kase == "hello_zero_rkey")
+        memset(hello + 44, 0, 4);
+    else if (kase == "hello_reserved")
+        hello[7] = 0x5a;
+    else if (kase == "hello_family")
+        hello[5] = 5;
+    else if (kase == "hello_unaligned")
+        hello[55] |= 8;  // ring address not 64-byte aligned
+    else if (kase == "hello_addr_wrap")
+        memset(hello + 48, 0xff, 6);  // address + ring size wraps around 2^64
+    else if (kase == "hello_zero_nonce")
+        memset(hello + 8, 0, neg::kNonceSize);
+    else if (kase == "hello_zero_port")
+        memset(hello + 40, 0, 2);
+
+    rdma_conn_param param;
+    conn_param(&param, hello, hello_len);
+    if (rdma_connect(id, &param) != 0)
+        die("rdma_connect");
+    // The parked-request deadline of a victim is 2 x its probe timeout: wait longer.
+    if (!cm.next(2 * kWaitMs, &t, &eid, &pdata)) {
+        out.cm = "none";
+        out.print();
+        return 0;
+    }
+    out.cm = event_name(t);
+    out.decline = decline_of(pdata);
+    if (hello_case) {
+        send_pattern(fd, bytes);
+        shutdown(fd, SHUT_WR);
+        tcp_drain(fd, false);
+        out.print();
+        return 0;
+    }
+    if (t != RDMA_CM_EVENT_ESTABLISHED) {
+        out.print();
+        return 0;
+    }
+    neg::Accept acc;
+    if (neg::decode(pdata.data(), pdata.size(), &acc) != rdmasock::Reason::none || !(acc.nonce == h.nonce)) {
+        fprintf(stderr, "hostile: the victim's ACCEPT does not decode\n");
+        out.print();
+        return 2;
+    }
+    uint8_t confirm[neg::kConfirmSize];
+    neg::encode_confirm(h.nonce, confirm);
+    if (confirm_case) {
+        // The victim matches the full CONFIRM only once its own ESTABLISHED event is in
+        // (before that, a frame it cannot bind yet is "not ours": peer_no_rdmasock); give
+        // its progress thread that moment so the case tests the nonce/frame check.
+        usleep(500 * 1000);
+        if (kase == "data_before_confirm") {
+            // The accepted RDMA connection writes into the victim's ring before any
+            // CONFIRM (as a third party whose request was bound to a connection it
+            // cannot write to could), then the TCP connection carries plain bytes: none
+            // of the ring bytes may reach the program.
+            memset(qp.stage, 0xEE, 4096);
+            uint32_t imm = neg::make_imm(neg::Imm::data, 4096);
+            out.wc = wc_name(qp.write(acc.ring.addr, acc.ring.rkey, 4096, &imm));
+        } else {
+            if (kase == "confirm_wrong_nonce")
+                confirm[8] ^= 1;
+            else if (kase == "confirm_bad_version")
+                confirm[4] = neg::kVersion + 1;
+            else
+                for (size_t i = 0; i < sizeof confirm; ++i)
+                    confirm[i] = static_cast<uint8_t>(0xA5 ^ (i * 37));
+            tcp_send(fd, confirm, sizeof confirm);
+        }
+        send_pattern(fd, bytes);
+        shutdown(fd, SHUT_WR);
+        tcp_drain(fd, false);
+        note_cm_after(cm, kWaitMs);
+        out.print();
+        return 0;
+    }
+    // Data path: a correct CONFIRM, the victim's PREFIX, then one bad ring message.
+    if (data_case) {
+        if (kase == "tcp_after_confirm") {
+            // Bytes after the CONFIRM on TCP are never the stream's: all later client
+            // bytes go to the ring.
+            uint8_t b[sizeof confirm + 100];
+            memcpy(b, confirm, sizeof confirm);
+            memset(b + sizeof confirm, 0xEE, 100);
+            tcp_send(fd, b, sizeof b);
+        } else if (send(fd, confirm, sizeof confirm, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof confirm)) {
+            die("send CONFIRM");
+        }
+        uint32_t pfx = 0;
+        if (!qp.wait_imm(neg::Imm::prefix, &pfx)) {
+            fprintf(stderr, "hostile: no PREFIX from the victim\n");
+            out.print();
+            return 2;
+        }
+        const uint64_t vsize = uint64_t{1} << acc.ring.log2;
+        uint32_t imm = 0;
+        int st = -1;
+        if (kase == "data_overflow") {
+            memset(qp.stage, 0xEE, 4096);
+            st = qp.write(acc.ring.addr, acc.ring.rkey, 4096, nullptr);
+            if (st == IBV_WC_SUCCESS) {
+                imm = neg::make_imm(neg::Imm::data, static_cast<uint32_t>(vsize + 1));
+                st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
+            }
+        } else if (kase == "data_zero") {
+            imm = neg::make_imm(neg::Imm::data, 0);
+            st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
+        } else if (kase == "credit_overflow") {
+            imm = neg::make_imm(neg::Imm::credit, 1);
+            st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
+        } else if (kase == "unknown_type") {
+            imm = (5u << 29) | 1u;
+            st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
+        } else if (kase == "data_after_fin") {
+            imm = neg::make_imm(neg::Imm::fin, 0);
+            st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
+        } else if (kase == "peer_reset") {
+            imm = neg::make_imm(neg::Imm::reset, 0);
+            st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
+        } else if (kase == "prefix_from_client") {
+            imm = neg::make_imm(neg::Imm::prefix, 0);
+            st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
+        } else if (kase == "tcp_after_confirm") {
+            // An honest stream on the ring (bytes <= both rings: no credit needed), FIN,
+            // and the victim's echo checked in our ring.
+            bytes = std::min<uint64_t>(bytes, std::min<uint64_t>(vsize, qp.size));
+            hostile::fill_pattern(qp.stage, static_cast<size_t>(bytes), 0, hostile::kSaltClient);
+            imm = neg::make_imm(neg::Imm::data, static_cast<uint32_t>(bytes));
+            st = qp.write(acc.ring.addr, acc.ring.rkey, static_cast<uint32_t>(bytes), &imm);
+            out.rdma_sent = st == IBV_WC_SUCCESS ? bytes : 0;
+            imm = neg::make_imm(neg::Imm::fin, 0);
+            if (st == IBV_WC_SUCCESS)
+                st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
+            uint64_t echoed = 0;
+            uint32_t v = 0;
+            while (echoed < bytes && qp.wait_imm(neg::Imm::data, &v)) {
+                echoed += v;
+                qp.imms.erase(std::find_if(qp.imms.begin(), qp.imms.end(), [](uint32_t x) {
+                    return neg::imm_type(x) == neg::Imm::data;
+                }));
+            }
+            std::vector<uint8_t> want(static_cast<size_t>(bytes));
+            hostile::fill_pattern(want.data(), want.size(), 0, hostile::kSaltClient);
+            out.ring_echo_ok = echoed == bytes && memcmp(qp.ring, want.data(), want.size()) == 0;
+            if (!out.ring_echo_ok) {
+                fprintf(stderr, "hostile: echo %" PRIu64 " of %" PRIu64 " bytes announced; immediates left:",
+                        echoed, bytes);
+                for (uint32_t x : qp.imms)
+                    fprintf(stderr, " %u:%u", static_cast<unsigned>(neg::imm_type(x)), neg::imm_value(x));
+                size_t same = 0;
+                while (same < want.size() && qp.ring[same] == want[same])
+                    ++same;
+                fprintf(stderr, "; ring matches for %zu bytes\n", same);
+            }
+        } else if (kase == "write_outside_ring") {
+            memset(qp.stage, 0xEE, 64);
+            imm = neg::make_imm(neg::Imm::data, 64);
+            st = qp.write(acc.ring.addr + vsize, acc.ring.rkey, 64, &imm);
+        }
+        out.wc = wc_name(st);
+        // The victim resets the connection and closes it: its TCP socket closes.  Our
+        // side of the TCP connection stays open (a TCP EOF without an RDMA FIN would be
+        // a reset of its own and hide a missing check).
+        tcp_drain(fd, false);
+        if (kase == "data_after_fin") {
+            // The victim read EOF and closed: its connection waits in the graveyard (or
+            // is gone).  DATA now: 16 bytes of 0xEE with DATA(16); our send status is
+            // whatever the victim's state gives (not checked), then a moment for the
+            // victim to process it.
+            memset(qp.stage, 0xEE, 16);
+            imm = neg::make_imm(neg::Imm::data, 16);
+            out.wc = wc_name(qp.write(acc.ring.addr, acc.ring.rkey, 16, &imm));
+            usleep(500 * 1000);
+        }
+        out.print();
+        return 0;
+    }
+    return 0;
+}
+
+// ---- server ---------------------------------------------------------------------------------
+
+int run_server(const std::string &addr, const std::string &kase)
+{
+    static const char *const known[] = {"accept_bad_magic", "accept_version", "accept_zero_rkey",
+        "accept_log2_high", "accept_reserved", "accept_wrong_nonce", "decline_none", "decline_unknown",
+        "second_prefix", "prefix_beyond_tcp", "accept_ring_outside_mr"};
+    if (!known_case(known, sizeof known / sizeof known[0], kase, "server"))
+        return 4;
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = ipv4(addr, 0);
+    if (bind(ls, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 || listen(ls, 4) != 0)
+        die("listen");
+    socklen_t al = sizeof a;
+    getsockname(ls, reinterpret_cast<sockaddr *>(&a), &al);
+    Cm cm;
+    cm.ch = rdma_create_event_channel();
+    rdma_cm_id *lid = nullptr;
+    if (!cm.ch || rdma_create_id(cm.ch, &lid, nullptr, RDMA_PS_TCP) != 0 ||
+        rdma_bind_addr(lid, reinterpret_cast<sockaddr *>(&a)) != 0 || rdma_listen(lid, 4) != 0)
+        die("rdma listen");
+    printf("port=%d\n", ntohs(a.sin_port));
+    fflush(stdout);
+
+    int fd = accept(ls, nullptr, nullptr);
+    if (fd < 0)
+        die("accept");
+    sockaddr_in local{};
+    socklen_t ll = sizeof local;
+    getsockname(fd, reinterpret_cast<sockaddr *>(&local), &ll);
+    out.local_port = ntohs(local.sin_port);
+
+    rdma_cm_event_type t;
+    rdma_cm_id *id = nullptr;
+    std::vector<uint8_t> pdata;
+    neg::Hello h;
+    if (!cm.next(kWaitMs, &t, &id, &pdata) || t != RDMA_CM_EVENT_CONNECT_REQUEST ||
+        neg::decode(pdata.data(), pdata.size(), &h) != rdmasock::Reason::none) {
+        fprintf(stderr, "hostile: no valid HELLO from the victim\n");
+        out.print();
+        return 2;
+    }
+    out.cm = event_name(t);
+    if (kase == "decline_none" || kase == "decline_unknown") {
+        uint8_t d[neg::kDeclineSize];
+        neg::encode_decline(rdmasock::Reason::none, d);
+        if (kase == "decline_unknown")
+            d[5] = 250;
+        rdma_reject(id, d, sizeof d);
+    } else {
+        Qp qp;
+        qp.create(id);
+        neg::Accept acc;
+        acc.ring = qp.info();
+        acc.nonce = h.nonce;
+        uint8_t pd[neg::kAcceptSize];
+        neg::encode(acc, pd);
+        if (kase == "accept_bad_magic")
+            pd[0] = 'X';
+        else if (kase == "accept_version")
+            pd[4] = neg::kVersion + 1;
+        else if (kase == "accept_zero_rkey")
+            memset(pd + 8, 0, 4);
+        else if (kase == "accept_log2_high")
+            pd[5] = neg::kMaxRingLog2 + 1;
+        else if (kase == "accept_reserved")
+            pd[6] = 0x5a;
+        else if (kase == "accept_wrong_nonce")
+            pd[20] ^= 1;
+        if (kase == "accept_ring_outside_mr") {
+            // A well-formed ACCEPT whose ring lies mostly outside our registered memory:
+            // the victim's writes beyond the first 4 KiB are refused by our NIC.
+            neg::Accept lie = acc;
+            lie.ring.addr += qp.size - 4096;
+            neg::encode(lie, pd);
+        }
+        rdma_conn_param param;
+        conn_param(&param, pd, sizeof pd);
+        if (rdma_accept(id, &param) != 0)
+            die("rdma_accept");
+        if (kase == "second_prefix" || kase == "prefix_beyond_tcp" || kase == "accept_ring_outside_mr") {
+            rdma_cm_id *eid;
+            if (!cm.next(kWaitMs, &t, &eid, nullptr) || t != RDMA_CM_EVENT_ESTABLISHED) {
+                fprintf(stderr, "hostile: not established\n");
+                out.print();
+                return 2;
+            }
+            out.cm = event_name(t);
+            uint8_t c[neg::kConfirmSize];
+            size_t got = 0;
+            while (got < sizeof c) {
+                ssize_t n = recv(fd, c + got, sizeof c - got, 0);
+                if (n <= 0)
+                    die("read CONFIRM");
+                got += static_cast<size_t>(n);
+            }
+            out.first_confirm = neg::match_confirm(c, sizeof c, &h.nonce) == neg::ConfirmMatch::yes;
+            if (kase == "accept_ring_outside_mr") {
+                tcp_drain(fd, false);  // the victim's writes fail: it must reset and close
+            } else if (kase == "second_prefix") {
+                uint32_t imm = neg::make_imm(neg::Imm::prefix, 0);
+                int st = qp.write(h.ring.addr, h.ring.rkey, 0, &imm);
+                if (st == IBV_WC_SUCCESS)
+                    st = qp.write(h.ring.addr, h.ring.rkey, 0, &imm);
+                out.wc = wc_name(st);
+                tcp_drain(fd, false);  // TCP left open: the victim must close on its own
+            } else {
+                // PREFIX(100) but no byte on TCP, an orderly FIN over RDMA and the end of
+                // our TCP stream: the announced prefix can never arrive.
+                uint32_t imm = neg::make_imm(neg::Imm::prefix, 100);
+                int st = qp.write(h.ring.addr, h.ring.rkey, 0, &imm);
+                imm = neg::make_imm(neg::Imm::fin, 0);
+                if (st == IBV_WC_SUCCESS)
+                    st = qp.write(h.ring.addr, h.ring.rkey, 0, &imm);
+                out.wc = wc_name(st);
+                shutdown(fd, SHUT_WR);
+                tcp_drain(fd, false);
+            }
+            out.print();
+            return 0;
+        }
+    }
+    // The victim must stay on TCP: its first bytes are its data, never a CONFIRM.
+    tcp_drain(fd, true);
+    if (out.recv_bytes.size() >= neg::kConfirmSize)
+        out.first_confirm = neg::match_confirm(out.recv_bytes.data(), neg::kConfirmSize, &h.nonce) ==
+                            neg::ConfirmMatch::yes;
+    else
+        out.first_confirm = 0;
+    shutdown(fd, SHUT_WR);
+    if (kase.rfind("decline_", 0) != 0)
+        note_cm_after(cm, kWaitMs);
+    out.print();
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv)
+{
+    std::string mode = argc > 1 ? argv[1] : "", addr, kase;
+    int port = 0, steal = 0;
+    uint64_t bytes = 4096;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        std::string k = argv[i], v = argv[i + 1];
+        if (k == "--addr")
+            addr = v;
+        else if (k == "--port")
+            port = atoi(v.c_str());
+        else if (k == "--case")
+            kase = v;
+        else if (k == "--bytes")
+            bytes = strtoull(v.c_str(), nullptr, 10);
+        else if (k == "--steal-port")
+            steal = atoi(v.c_str());
+        else {
+            fprintf(stderr, "hostile: unknown option %s\n", k.c_str());
+            return 4;
+        }
+    }
+    out.kase = kase;
+    if (mode == "client" && !addr.empty() && port > 0 && !kase.empty())
+        return run_client(addr, port, kase, bytes, steal);
+    if (mode == "server" && !addr.empty() && !kase.empty())
+        return run_server(addr, kase);
+    fprintf(stderr, "usage: hostile client --addr A --port P --case CASE [--bytes N] [--steal-port L]\n"
+                    "       hostile server --addr A --case CASE\n");
+    return 4;
+}

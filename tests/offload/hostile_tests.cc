@@ -1,0 +1,535 @@
+// Hostile-peer tests: a peer that speaks rdmasock's protocol (docs/protocol.md) but
+// sends malformed negotiation messages and out-of-range ring messages, against a victim
+// process running librdmasock built with AddressSanitizer.  `make check-hostile` builds
+// tests/offload/asan/librdmasock.so (the library's sources with -fsanitize=address) and
+// runs this program in the soft-RoCE VM (tests/vm/run); the last line is
+// "N passed, N failed", a skip (no RDMA device) is a failure.
+//
+// Programs: tests/offload/hostile (hostile.cc: the misbehaving peer, no preload),
+// tests/offload/victim (victim.cc: an echo server / a client, run with
+// LD_PRELOAD="libasan.so asan/librdmasock.so", ASAN_OPTIONS=abort_on_error=1:...).
+//
+// One case per misbehaviour.  Every case asserts:
+//   * the victim really runs the ASan library (libasan and the library in its maps);
+//   * the victim survives: every victim process exits 0 (an ASan report aborts it) and
+//     its stderr has no AddressSanitizer report;
+//   * only the bad connection is affected: a well-behaved connection in the same victim
+//     process (victim server: another rdmasock client connected before the attack and
+//     still talking after it; victim client: its connection to another rdmasock server)
+//     is on RDMA and byte-exact before and after the attack;
+//   * the bad input is handled as documented:
+//     - client side (victim server), rejected HELLOs: DECLINE bad_message or
+//       version_mismatch (third party / attach to another connection's 4-tuple: the
+//       request is parked, then DECLINE rejected); the connection continues on TCP
+//       (reason peer_no_rdmasock: its first bytes are no CONFIRM), every byte the hostile
+//       wrote delivered exactly and echoed back;
+//     - bad CONFIRM after an ACCEPT: the victim stays on TCP with reason bad_message,
+//       delivers exactly the bytes the hostile wrote (the bad frame included: they are
+//       the TCP stream), and disconnects the RDMA connection; the same when the RDMA
+//       connection wrote DATA into the ring before any CONFIRM (data_before_confirm:
+//       none of those bytes reach the program);
+//     - bad ring messages (DATA beyond the granted space, DATA(0), CREDIT of bytes never
+//       sent, unknown type, PREFIX from a client, a write outside the ring that the NIC
+//       refuses with a remote access error): the victim's first failing call gets
+//       ECONNRESET, no byte is delivered, and the victim closes the connection; bytes
+//       on TCP after a valid CONFIRM are never delivered (tcp_after_confirm: only the
+//       ring stream is, byte-exact, and echoed exactly);
+//   * server side (victim client): a malformed ACCEPT leaves the victim on TCP with
+//     bad_message (version_mismatch for a wrong version) and no CONFIRM in the stream; a
+//     DECLINE claiming "none" or an unknown reason is recorded as rejected; a second
+//     PREFIX, a PREFIX announcing more bytes than the TCP stream holds, or an ACCEPT
+//     naming a ring outside the peer's registered memory (the victim's own writes fail)
+//     reset the connection (ECONNRESET, no byte delivered).
+//
+// Environment: RDMASOCK_VM_ADDR (or TEST_OFFLOAD_ADDR) the RDMA address;
+// TEST_OFFLOAD_KEEP=1 and TEST_OFFLOAD_TMP=DIR keep each case's files (victim logs at
+// debug level, stdout, stderr); TEST_HOSTILE_LIB another (ASan) library.
+#ifndef BOOST_TEST_DYN_LINK
+#define BOOST_TEST_DYN_LINK
+#endif
+#define BOOST_TEST_NO_MAIN
+#include <boost/test/unit_test.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <infiniband/verbs.h>
+#include <memory>
+#include <sstream>
+#include <unistd.h>
+
+#include "tests/offload/proc.hh"
+
+using namespace offload;
+namespace utf = boost::unit_test;
+
+namespace {
+
+struct Config {
+    std::string addr;
+    std::string lib = HOSTILE_ASAN_LIB;
+    std::string libasan;  // from HOSTILE_ASAN_LIB's directory, file libasan-path
+    bool keep = false;
+} cfg;
+
+// Bytes each honest stream carries per phase.
+constexpr uint64_t kGoodBytes = 256 * 1024;
+// What the bad connection carries: less than the hostile server's ring (64 KiB), which
+// it never credits.
+constexpr uint64_t kBadBytes = 16 * 1024;
+constexpr int kProbeMs = 1000;   // victims' RDMASOCK_PROBE_TIMEOUT_MS (parked requests: 2x)
+constexpr int kWaitMs = 60000;   // any one wait for a process
+
+std::string env_or(const char *name, const std::string &dflt)
+{
+    const char *v = getenv(name);
+    return v != nullptr && *v != '\0' ? v : dflt;
+}
+
+bool device_active()
+{
+    int n = 0;
+    bool active = false;
+    ibv_device **list = ibv_get_device_list(&n);
+    for (int i = 0; list != nullptr && i < n && !active; ++i) {
+        ibv_context *ctx = ibv_open_device(list[i]);
+        ibv_port_attr pa{};
+        active = ctx != nullptr && ibv_query_port(ctx, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE;
+        if (ctx != nullptr)
+            ibv_close_device(ctx);
+    }
+    if (list != nullptr)
+        ibv_free_device_list(list);
+    return active;
+}
+
+// Pass/fail per case, and the summary line printed last by main.
+struct Tally : utf::test_observer {
+    int passed = 0, failed = 0;
+    bool bad = false;
+    std::vector<std::string> names;
+    void test_unit_start(const utf::test_unit &tu) override
+    {
+        bad = false;
+        if (tu.p_type == utf::TUT_CASE)
+            printf("---- %s\n", tu.full_name().c_str());
+        fflush(stdout);
+    }
+    void assertion_result(utf::assertion_result r) override { bad = bad || r != utf::AR_PASSED; }
+    void exception_caught(const boost::execution_exception &) override { bad = true; }
+    void test_unit_aborted(const utf::test_unit &) override { bad = true; }
+    void test_unit_skipped(const utf::test_unit &tu, utf::const_string why) override
+    {
+        if (tu.p_type == utf::TUT_CASE && why != utf::const_string("disabled")) {
+            ++failed;  // a skip is a failure here
+            names.push_back(tu.full_name() + " (skipped)");
+        }
+    }
+    void test_unit_finish(const utf::test_unit &tu, unsigned long us) override
+    {
+        if (tu.p_type != utf::TUT_CASE)
+            return;
+        (bad ? failed : passed) += 1;
+        if (bad)
+            names.push_back(tu.full_name());
+        printf("%s: %s (%.1f s)\n", bad ? "FAIL" : "PASS", tu.full_name().c_str(), us / 1e6);
+        fflush(stdout);
+    }
+} g_tally;
+
+// ---- processes --------------------------------------------------------------------------------
+
+struct Run {
+    std::string name;
+    std::unique_ptr<Proc> p;
+    std::string err_file, log_file;
+    std::string report() const
+    {
+        std::ostringstream o;
+        o << "[" << name << "] exit=" << (p ? p->exit_code() : -1) << "\n  stdout:\n" << p->out()
+          << "  stderr:\n" << read_file(err_file).substr(0, 8000);
+        if (!log_file.empty()) {
+            std::string l = read_file(log_file);
+            o << "  log:\n" << (l.size() > 8000 ? l.substr(l.size() - 8000) : l);
+        }
+        return o.str() + "\n";
+    }
+};
+
+struct Case {
+    TempDir dir;
+    std::vector<Run *> runs;
+    std::string report() const
+    {
+        std::string r;
+        for (const Run *x : runs)
+            r += x->report();
+        return r;
+    }
+    ~Case()
+    {
+        for (Run *x : runs) {
+            if (x->p && !x->p->exited())
+                x->p->kill_all();
+            delete x;
+        }
+    }
+    // A victim: LD_PRELOAD of libasan then the ASan library, debug log.
+    Run &victim(const std::string &name, const std::vector<std::string> &args)
+    {
+        dir.keep = cfg.keep;
+        Env env = base_env();
+        set_var(env, "LD_PRELOAD", cfg.libasan + " " + cfg.lib);
+        set_var(env, "ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1:halt_on_error=1");
+        set_var(env, "RDMASOCK_LOG_LEVEL", "debug");
+        set_var(env, "RDMASOCK_LOG_FILE", dir / (name + ".log"));
+        set_var(env, "RDMASOCK_PROBE_TIMEOUT_MS", std::to_string(kProbeMs));
+        std::vector<std::string> argv = {HOSTILE_VICTIM};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return add(name, argv, env, dir / (name + ".log"));
+    }
+    Run &hostile(const std::string &name, const std::vector<std::string> &args)
+    {
+        std::vector<std::string> argv = {HOSTILE_BIN};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return add(name, argv, base_env(), "");
+    }
+    Run &add(const std::string &name, const std::vector<std::string> &argv, const Env &env,
+             const std::string &log)
+    {
+        auto *r = new Run;
+        r->name = name;
+        r->err_file = dir / (name + ".err");
+        r->log_file = log;
+        r->p = std::make_unique<Proc>(argv, env, r->err_file);
+        runs.push_back(r);
+        return *r;
+    }
+};
+
+// The next stdout line of `r` starting with `prefix` (every line is also kept in out()).
+Fields line_with(Run &r, const std::string &prefix, int timeout_ms = kWaitMs)
+{
+    double end = now_ms() + timeout_ms;
+    while (now_ms() < end) {
+        std::string l = r.p->read_line(static_cast<int>(end - now_ms()));
+        if (l.rfind(prefix, 0) == 0)
+            return parse_kv(l);
+        if (l.empty() && r.p->exited())
+            break;
+    }
+    return {};
+}
+
+// The victim really runs the ASan library (looked at once it has loaded it: the maps
+// are read until both are there, the process exits or kWaitMs pass).
+void check_asan(Case &c, Run &v)
+{
+    std::string maps;
+    for (double end = now_ms() + kWaitMs; now_ms() < end && !v.p->exited(); usleep(10000)) {
+        maps = read_file("/proc/" + std::to_string(v.p->pid()) + "/maps");
+        if (maps.find("libasan") != std::string::npos && maps.find(cfg.lib) != std::string::npos)
+            break;
+    }
+    BOOST_CHECK_MESSAGE(maps.find("libasan") != std::string::npos, v.name << ": libasan is not mapped");
+    BOOST_CHECK_MESSAGE(maps.find(cfg.lib) != std::string::npos, v.name << ": " << cfg.lib << " is not mapped\n"
+                                                                       << c.report());
+}
+
+// The victim process ended by itself, with status 0 and no sanitizer report.
+void check_survived(Case &c, Run &v)
+{
+    bool done = v.p->wait(kWaitMs);
+    BOOST_CHECK_MESSAGE(done && v.p->exit_code() == 0, v.name << " did not exit 0\n" << c.report());
+    std::string err = read_file(v.err_file);
+    BOOST_CHECK_MESSAGE(err.find("AddressSanitizer") == std::string::npos && err.find("runtime error") == std::string::npos,
+                        v.name << ": sanitizer report\n" << c.report());
+}
+
+std::string get(const Fields &f, const std::string &k)
+{
+    auto it = f.find(k);
+    return it == f.end() ? "<missing>" : it->second;
+}
+
+// A well-behaved connection's line: on RDMA, every byte of both phases verified.
+void check_good(Case &c, const Fields &f, const std::string &who)
+{
+    std::string n = std::to_string(2 * kGoodBytes);
+    BOOST_CHECK_MESSAGE(get(f, "transport") == "rdma" && get(f, "received") == n && get(f, "match") == n &&
+                            get(f, "sent") == n && get(f, "end") == "eof" && get(f, "err") == "ok",
+                        who << ": the well-behaved connection was affected\n" << c.report());
+}
+
+// ---- expectations ---------------------------------------------------------------------------
+
+enum class Outcome {
+    tcp_exact,  // fell back to TCP: the hostile's bytes delivered exactly and echoed
+    reset,      // on RDMA, reset: ECONNRESET, nothing delivered
+    rdma_exact, // on RDMA: exactly the hostile's ring bytes delivered and echoed, EOF
+    eof_empty,  // on RDMA: EOF with nothing delivered, the victim closes
+};
+
+struct Expect {
+    std::string cm;        // the hostile's rdma_cm result
+    std::string decline;   // the DECLINE's reason ("none": no DECLINE)
+    std::string wc;        // the hostile's last send status ("none": no ring message, "*": any)
+    std::string cm_after;  // a later rdma_cm event ("none": not checked)
+    Outcome outcome;
+    std::string reason;    // the victim connection's reason (tcp_exact)
+    std::string log = "";  // reset: the victim's debug log names this check
+};
+
+// The victim's debug log says which check fired (reset cases: the specific validation,
+// not some later consequence such as the TCP connection closing).
+void check_log(Case &c, Run &v, const Expect &e, const std::string &ctx)
+{
+    if (e.log.empty())
+        return;
+    BOOST_CHECK_MESSAGE(read_file(v.log_file).find(e.log) != std::string::npos,
+                        ctx << "the victim's log does not say '" << e.log << "'\n" << c.report());
+}
+
+// Victim server: a good client connects and talks (phase 1), the hostile client runs
+// its case, then the good client talks again (phase 2).
+void client_case(const std::string &kase, const Expect &e)
+{
+    Case c;
+    Run &vs = c.victim("victim_server", {"server", "--addr", cfg.addr, "--conns", "2"});
+    Fields pl = line_with(vs, "port=");
+    std::string port = get(pl, "port");
+    BOOST_REQUIRE_MESSAGE(port != "<missing>", "the victim server did not start\n" << c.report());
+    check_asan(c, vs);
+    std::string go = c.dir / "go";
+    Run &good = c.victim("good_client", {"client", "--addr", cfg.addr, "--good-port", port, "--phase-file", go,
+                                         "--bytes", std::to_string(kGoodBytes)});
+    Fields p1 = line_with(good, "phase1");
+    BOOST_REQUIRE_MESSAGE(get(p1, "transport") == "rdma", "the good connection is not on RDMA\n" << c.report());
+
+    std::vector<std::string> args = {"client", "--addr", cfg.addr, "--port", port, "--case", kase, "--bytes",
+                                     std::to_string(kBadBytes)};
+    if (kase == "hello_attach_existing") {
+        args.push_back("--steal-port");
+        args.push_back(get(p1, "local_port"));
+    }
+    Run &h = c.hostile("hostile", args);
+    BOOST_CHECK_MESSAGE(h.p->wait(kWaitMs) && h.p->exit_code() == 0, "the hostile peer failed\n" << c.report());
+    Fields hr = line_with(h, "result");
+    BOOST_REQUIRE_MESSAGE(get(hr, "local_port") != "<missing>", "no result from the hostile\n" << c.report());
+
+    // The victim's line for the hostile connection (by the hostile's port).
+    Fields bad;
+    for (int i = 0; i < 2 && bad.empty(); ++i) {
+        Fields f = line_with(vs, "conn=");
+        if (get(f, "peer_port") == get(hr, "local_port"))
+            bad = f;
+        else if (!f.empty())
+            BOOST_ERROR("the good connection ended before the attack was over\n" << c.report());
+    }
+    BOOST_REQUIRE_MESSAGE(!bad.empty(), "no victim line for the hostile connection\n" << c.report());
+    std::string ctx = kase + ": hostile=" + h.p->out() + "victim: " + vs.p->out() + "\n";
+
+    BOOST_CHECK_MESSAGE(get(hr, "cm") == e.cm, ctx << "rdma_cm answer " << get(hr, "cm") << ", expected " << e.cm);
+    BOOST_CHECK_MESSAGE(get(hr, "decline") == e.decline,
+                        ctx << "DECLINE " << get(hr, "decline") << ", expected " << e.decline);
+    if (e.wc != "*")
+        BOOST_CHECK_MESSAGE(get(hr, "wc") == e.wc, ctx << "send status " << get(hr, "wc") << ", expected " << e.wc);
+    if (e.cm_after != "none")
+        BOOST_CHECK_MESSAGE(get(hr, "cm_after") == e.cm_after,
+                            ctx << "later rdma_cm event " << get(hr, "cm_after") << ", expected " << e.cm_after);
+    if (e.outcome == Outcome::eof_empty) {
+        BOOST_CHECK_MESSAGE(get(bad, "transport") == "rdma" && get(bad, "received") == "0" && get(bad, "end") == "eof" &&
+                                get(bad, "err") == "ok" && get(hr, "tcp_end") == "eof",
+                            ctx << "the victim did not read a plain EOF (0 bytes) and close");
+    } else if (e.outcome == Outcome::tcp_exact) {
+        BOOST_CHECK_MESSAGE(get(bad, "transport") == "tcp" && get(bad, "reason") == e.reason,
+                            ctx << "victim transport/reason " << get(bad, "transport") << "/" << get(bad, "reason")
+                                << ", expected tcp/" << e.reason);
+        BOOST_CHECK_MESSAGE(get(bad, "received") == get(hr, "tcp_sent") && get(bad, "hash") == get(hr, "sent_hash") &&
+                                get(bad, "end") == "eof",
+                            ctx << "the victim did not receive exactly the hostile's TCP bytes");
+        BOOST_CHECK_MESSAGE(get(hr, "echo_ok") == "1" && get(hr, "tcp_end") == "eof",
+                            ctx << "the echo over TCP is not exact");
+    } else if (e.outcome == Outcome::rdma_exact) {
+        BOOST_CHECK_MESSAGE(get(bad, "transport") == "rdma" && get(bad, "received") == get(hr, "rdma_sent") &&
+                                get(bad, "match") == get(hr, "rdma_sent") && get(hr, "rdma_sent") != "0" &&
+                                get(bad, "end") == "eof" && get(bad, "err") == "ok",
+                            ctx << "the victim did not deliver exactly the ring bytes (and EOF)");
+        // The victim never reads the TCP bytes after the CONFIRM: its kernel answers its
+        // close() with an RST (unread data), so either end of our TCP read is a close.
+        BOOST_CHECK_MESSAGE(get(hr, "ring_echo_ok") == "1" &&
+                                (get(hr, "tcp_end") == "eof" || get(hr, "tcp_end") == "ECONNRESET"),
+                            ctx << "the victim's echo over the ring is not exact, or it did not close\n" << c.report());
+    } else {
+        BOOST_CHECK_MESSAGE(get(bad, "err") == "ECONNRESET" && get(bad, "received") == "0" &&
+                                get(bad, "transport") == "rdma",
+                            ctx << "the victim's connection was not reset (ECONNRESET, 0 bytes, on rdma)");
+        BOOST_CHECK_MESSAGE(get(hr, "tcp_end") == "eof" || get(hr, "tcp_end") == "ECONNRESET",
+                            ctx << "the victim did not close the connection");
+        check_log(c, vs, e, ctx);
+    }
+
+    // Only the bad connection is affected.
+    write_file(go, "go\n");
+    check_survived(c, good);
+    check_good(c, line_with(good, "conn=good"), "good client");
+    check_good(c, line_with(vs, "conn="), "victim server");
+    check_survived(c, vs);
+}
+
+// Victim client: its good connection to a victim server, then the hostile server.
+void server_case(const std::string &kase, const Expect &e)
+{
+    Case c;
+    Run &gs = c.victim("good_server", {"server", "--addr", cfg.addr, "--conns", "1"});
+    std::string gport = get(line_with(gs, "port="), "port");
+    Run &h = c.hostile("hostile", {"server", "--addr", cfg.addr, "--case", kase});
+    std::string hport = get(line_with(h, "port="), "port");
+    BOOST_REQUIRE_MESSAGE(gport != "<missing>" && hport != "<missing>", "a server did not start\n" << c.report());
+    Run &vc = c.victim("victim_client", {"client", "--addr", cfg.addr, "--good-port", gport, "--bad-port", hport,
+                                         "--bytes", std::to_string(kGoodBytes), "--bad-bytes", std::to_string(kBadBytes)});
+    check_asan(c, vc);
+    BOOST_CHECK_MESSAGE(h.p->wait(kWaitMs) && h.p->exit_code() == 0, "the hostile peer failed\n" << c.report());
+    Fields hr = line_with(h, "result");
+    Fields bad = line_with(vc, "conn=bad");
+    std::string ctx = kase + ": hostile=" + h.p->out() + "victim: " + vc.p->out() + "\n";
+    BOOST_REQUIRE_MESSAGE(!hr.empty() && !bad.empty(), ctx << c.report());
+
+    BOOST_CHECK_MESSAGE(get(hr, "wc") == e.wc, ctx << "send status " << get(hr, "wc") << ", expected " << e.wc);
+    if (e.cm_after != "none")
+        BOOST_CHECK_MESSAGE(get(hr, "cm_after") == e.cm_after,
+                            ctx << "later rdma_cm event " << get(hr, "cm_after") << ", expected " << e.cm_after);
+    std::string n = std::to_string(kBadBytes);
+    if (e.outcome == Outcome::tcp_exact) {
+        BOOST_CHECK_MESSAGE(get(bad, "transport") == "tcp" && get(bad, "reason") == e.reason,
+                            ctx << "victim transport/reason " << get(bad, "transport") << "/" << get(bad, "reason")
+                                << ", expected tcp/" << e.reason);
+        BOOST_CHECK_MESSAGE(get(hr, "first_confirm") == "0" && get(hr, "tcp_received") == n && get(hr, "echo_ok") == "1",
+                            ctx << "the hostile server did not get exactly the victim's bytes on TCP");
+        BOOST_CHECK_MESSAGE(get(bad, "received") == n && get(bad, "match") == n && get(bad, "end") == "eof" &&
+                                get(bad, "wend") == "ok",
+                            ctx << "the victim did not get its echo back exactly over TCP");
+    } else {
+        BOOST_CHECK_MESSAGE(get(hr, "first_confirm") == "1", ctx << "no CONFIRM before the attack");
+        BOOST_CHECK_MESSAGE(get(bad, "err") == "ECONNRESET" && get(bad, "received") == "0" &&
+                                get(bad, "transport") == "rdma",
+                            ctx << "the victim's connection was not reset (ECONNRESET, 0 bytes, on rdma)");
+        BOOST_CHECK_MESSAGE(get(hr, "tcp_end") == "eof" || get(hr, "tcp_end") == "ECONNRESET",
+                            ctx << "the victim did not close the connection");
+        check_log(c, vc, e, ctx);
+    }
+    check_survived(c, vc);
+    check_good(c, line_with(vc, "conn=good"), "victim client");
+    check_good(c, line_with(gs, "conn="), "good server");
+    check_survived(c, gs);
+}
+
+void add(utf::test_suite *ts, const std::string &name, std::function<void()> fn)
+{
+    ts->add(utf::make_test_case(boost::function<void()>(fn), name, __FILE__, __LINE__));
+}
+
+bool init_tests()
+{
+    utf::framework::register_observer(g_tally);
+    auto &master = utf::framework::master_test_suite();
+    master.p_name.value = "hostile";
+    const Outcome tcp = Outcome::tcp_exact, reset = Outcome::reset;
+
+    auto *hello = BOOST_TEST_SUITE("hello");
+    for (std::string k : {"bad_magic", "truncated", "log2_high", "log2_low", "zero_rkey", "reserved", "family",
+                          "unaligned", "addr_wrap", "zero_nonce", "zero_port"})
+        add(hello, k, [k, tcp] { client_case("hello_" + k, {"REJECTED", "bad_message", "none", "none", tcp, "peer_no_rdmasock"}); });
+    add(hello, "version", [tcp] {
+        client_case("hello_version", {"REJECTED", "version_mismatch", "none", "none", tcp, "peer_no_rdmasock"});
+    });
+    for (std::string k : {"third_party", "attach_existing"})
+        add(hello, k, [k, tcp] { client_case("hello_" + k, {"REJECTED", "rejected", "none", "none", tcp, "peer_no_rdmasock"}); });
+    master.add(hello);
+
+    auto *confirm = BOOST_TEST_SUITE("confirm");
+    for (std::string k : {"wrong_nonce", "bad_version", "garbage"})
+        add(confirm, k, [k, tcp] {
+            client_case("confirm_" + k, {"ESTABLISHED", "none", "none", "DISCONNECTED", tcp, "bad_message"});
+        });
+    // Ring bytes before the CONFIRM are never the program's: it stays on TCP.
+    add(confirm, "data_before_confirm", [tcp] {
+        client_case("data_before_confirm", {"ESTABLISHED", "none", "success", "DISCONNECTED", tcp, "bad_message"});
+    });
+    master.add(confirm);
+
+    auto *ring = BOOST_TEST_SUITE("ring");
+    // The victim's log line for each check (src/transport/rdma_conn.cc, Conn::fail).
+    const std::vector<std::pair<std::string, std::string>> checks = {
+        {"data_overflow", "reset: peer wrote beyond the space it was granted"},
+        {"data_zero", "reset: peer wrote beyond the space it was granted"},
+        {"credit_overflow", "reset: peer credited bytes never sent"},
+        {"unknown_type", "reset: unknown message type"},
+        {"prefix_from_client", "reset: unexpected PREFIX"}};
+    for (const auto &k : checks)
+        add(ring, k.first, [k, reset] { client_case(k.first, {"ESTABLISHED", "none", "success", "none", reset, "", k.second}); });
+    add(ring, "write_outside_ring", [reset] {
+        client_case("write_outside_ring",
+                    {"ESTABLISHED", "none", "REM_ACCESS_ERR", "none", reset, "", "completion error remote access error"});
+    });
+    // RESET is not malformed: documented as ECONNRESET for the peer (no check fires).
+    add(ring, "peer_reset", [reset] { client_case("peer_reset", {"ESTABLISHED", "none", "success", "none", reset, ""}); });
+    // DATA after the FIN, sent once the victim has read EOF and closed: it must survive
+    // (the connection lingers in the graveyard or is gone) and deliver nothing.
+    add(ring, "data_after_fin", [] {
+        client_case("data_after_fin", {"ESTABLISHED", "none", "*", "none", Outcome::eof_empty, ""});
+    });
+    // Bytes on TCP after the CONFIRM never reach the program; the ring stream does.
+    add(ring, "tcp_after_confirm", [] {
+        client_case("tcp_after_confirm", {"ESTABLISHED", "none", "success", "none", Outcome::rdma_exact, ""});
+    });
+    master.add(ring);
+
+    auto *srv = BOOST_TEST_SUITE("server");
+    for (std::string k : {"accept_bad_magic", "accept_zero_rkey", "accept_log2_high", "accept_reserved", "accept_wrong_nonce"})
+        add(srv, k, [k, tcp] { server_case(k, {"", "", "none", "DISCONNECTED", tcp, "bad_message"}); });
+    add(srv, "accept_version", [tcp] {
+        server_case("accept_version", {"", "", "none", "DISCONNECTED", tcp, "version_mismatch"});
+    });
+    for (std::string k : {"decline_none", "decline_unknown"})
+        add(srv, k, [k, tcp] { server_case(k, {"", "", "none", "none", tcp, "rejected"}); });
+    add(srv, "second_prefix", [reset] { server_case("second_prefix", {"", "", "success", "none", reset, "", "reset: unexpected PREFIX"}); });
+    // The TCP stream ends before the bytes a PREFIX announced (with an orderly RDMA FIN).
+    add(srv, "prefix_beyond_tcp", [reset] {
+        server_case("prefix_beyond_tcp", {"", "", "success", "none", reset, "", "reset: the TCP stream ended inside the announced prefix"});
+    });
+    add(srv, "accept_ring_outside_mr", [reset] {
+        server_case("accept_ring_outside_mr", {"", "", "none", "none", reset, "", "completion error remote access error"});
+    });
+    master.add(srv);
+    return true;
+}
+
+}  // namespace
+
+int main(int argc, char **argv)
+{
+    if (!device_active()) {
+        printf("SKIP: no active RDMA device (run via make check-hostile)\n0 passed, 1 failed\n");
+        return 77;
+    }
+    cfg.addr = env_or("TEST_OFFLOAD_ADDR", env_or("RDMASOCK_VM_ADDR", ""));
+    cfg.keep = env_or("TEST_OFFLOAD_KEEP", "") == "1";
+    cfg.lib = env_or("TEST_HOSTILE_LIB", cfg.lib);
+    std::string dir = cfg.lib.substr(0, cfg.lib.rfind('/') + 1);
+    cfg.libasan = read_file(dir + "libasan-path");
+    while (!cfg.libasan.empty() && (cfg.libasan.back() == '\n' || cfg.libasan.back() == ' '))
+        cfg.libasan.pop_back();
+    if (cfg.addr.empty() || access(cfg.lib.c_str(), R_OK) != 0 || access(cfg.libasan.c_str(), R_OK) != 0) {
+        printf("FAIL: need RDMASOCK_VM_ADDR (%s), %s and libasan (%s): build with make check-hostile\n"
+               "0 passed, 1 failed\n", cfg.addr.c_str(), cfg.lib.c_str(), cfg.libasan.c_str());
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    int rc = utf::unit_test_main(&init_tests, argc, argv);
+    for (const auto &n : g_tally.names)
+        printf("failed: %s\n", n.c_str());
+    printf("%d passed, %d failed\n", g_tally.passed, g_tally.failed);
+    return rc == 0 && g_tally.failed == 0 ? 0 : 1;
+}
