@@ -147,12 +147,22 @@ struct Victim {
     CloseInfo ci;
 };
 
-Victim prepare_victim(int fd2) noexcept
+// dup2/dup3 onto fd2 close fd2's socket when fd2 was its last descriptor: capture what
+// the close log needs and, when oldfd is valid (the dup will happen), close the
+// connection as close() does (orderly FIN over RDMA, epoll shadows dropped) while fd2
+// still names it.
+Victim prepare_victim(int oldfd, int fd2) noexcept
 {
+    ErrnoGuard g;
     Victim v;
     v.s = fdt::get(fd2);
-    if (v.s && v.s->fds() == 1)
+    if (v.s && v.s->fds() == 1) {
         v.ci = capture(fd2, *v.s);
+        if (RS_REAL(fcntl)(oldfd, F_GETFD) >= 0) {
+            offload::on_close(fd2, *v.s);
+            readiness::on_close(fd2);
+        }
+    }
     return v;
 }
 
@@ -595,7 +605,7 @@ int dup2(int fd, int fd2) noexcept
 {
     if (fd == fd2)
         return RS_REAL(dup2)(fd, fd2);
-    Victim v = prepare_victim(fd2);
+    Victim v = prepare_victim(fd, fd2);
     int r = RS_REAL(dup2)(fd, fd2);
     if (r >= 0) {
         ErrnoGuard g;
@@ -608,7 +618,7 @@ int dup3(int fd, int fd2, int flags) noexcept
 {
     if (fd == fd2)
         return RS_REAL(dup3)(fd, fd2, flags);  // EINVAL, as the kernel says
-    Victim v = prepare_victim(fd2);
+    Victim v = prepare_victim(fd, fd2);
     int r = RS_REAL(dup3)(fd, fd2, flags);
     if (r >= 0) {
         ErrnoGuard g;

@@ -28,6 +28,7 @@
 #include "log/log.hh"
 #include "rdma/owners.hh"
 #include "transport/kit.hh"
+#include "util/fd.hh"
 #include "transport/rdma_conn.hh"
 
 namespace rdmasock::offload {
@@ -178,10 +179,20 @@ bool Engine::start() noexcept
     cm_ = rdma::CmChannel::create(&err);
     if (!cm_ || cm_->set_nonblocking() != 0)
         return false;
-    ep_ = RS_REAL(epoll_create1)(EPOLL_CLOEXEC);
-    cmd_efd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ep_ = util::move_high(RS_REAL(epoll_create1)(EPOLL_CLOEXEC));
+    cmd_efd_ = util::move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     if (ep_ < 0 || cmd_efd_ < 0)
         return false;
+    // The devices librdmacm opened (two descriptors each): no thread of ours uses them
+    // yet, so they can move to high numbers too.
+    int ndev = 0;
+    if (ibv_context **devs = rdma_get_devices(&ndev)) {
+        for (int i = 0; i < ndev; ++i) {
+            devs[i]->cmd_fd = util::move_high(devs[i]->cmd_fd);
+            devs[i]->async_fd = util::move_high(devs[i]->async_fd);
+        }
+        rdma_free_devices(devs);
+    }
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = kCm;

@@ -1,4 +1,5 @@
 #include "rdma/owners.hh"
+#include "util/fd.hh"
 
 #include <cerrno>
 #include <cstring>
@@ -294,6 +295,7 @@ std::shared_ptr<CompChannel> CompChannel::create(std::shared_ptr<Context> ctx,
         delete c;
         return nullptr;
     }
+    c->ch_->fd = util::move_high(c->ch_->fd);  // nobody else has seen it yet
     c->ctx_ = std::move(ctx);
     return share(c, err);
 }
@@ -462,6 +464,7 @@ std::shared_ptr<CmChannel> CmChannel::create(int *err) noexcept
         delete c;
         return nullptr;
     }
+    c->ch_->fd = util::move_high(c->ch_->fd);  // nobody else has seen it yet
     return share(c, err);
 }
 

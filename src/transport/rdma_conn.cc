@@ -17,6 +17,7 @@
 #include "core/signals.hh"
 #include "core/socket.hh"
 #include "log/log.hh"
+#include "util/fd.hh"
 
 namespace rdmasock {
 
@@ -102,8 +103,8 @@ void efd_drain(int fd) noexcept
 Conn::Conn(Side side, int tcp_fd) noexcept
     : side_(side), tcp_fd_(tcp_fd), phase_(side == Side::server ? Phase::maybe : Phase::verifying)
 {
-    rd_efd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    wr_efd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    rd_efd_ = util::move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    wr_efd_ = util::move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 }
 
 Conn::~Conn()

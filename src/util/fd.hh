@@ -1,0 +1,14 @@
+// The library's own descriptors live on high numbers, away from the ones a program
+// expects (it gets the same numbers as without the library, and a dup2() onto a number
+// it believes free cannot replace one of ours).
+#pragma once
+
+namespace rdmasock::util {
+
+// Moves `fd` to the lowest free number at or above the floor (half the soft
+// RLIMIT_NOFILE, at most 4096; none when that leaves less than 64), close-on-exec, and
+// closes the original.  Returns the new number, or `fd` unchanged when it cannot move.
+// Only for descriptors no other thread can be using yet.
+int move_high(int fd) noexcept;
+
+}  // namespace rdmasock::util
