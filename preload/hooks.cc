@@ -685,7 +685,13 @@ int getsockopt(int fd, int level, int name, void *val, socklen_t *len) noexcept
 
 int setsockopt(int fd, int level, int name, const void *val, socklen_t len) noexcept
 {
-    return RS_REAL(setsockopt)(fd, level, name, val, len);
+    int r = RS_REAL(setsockopt)(fd, level, name, val, len);
+    if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT && val != nullptr && len >= sizeof(int)) {
+        SocketRef s = offloaded_socket(fd);
+        if (s && s->transport != nullptr && s->transport != &kernel_tcp())
+            static_cast<Conn *>(s->transport)->set_rcvlowat(*static_cast<const int *>(val));
+    }
+    return r;
 }
 
 int getsockname(int fd, sockaddr *addr, socklen_t *len) noexcept

@@ -234,8 +234,22 @@ int Conn::repost_recv_locked(unsigned n) noexcept
     return 0;
 }
 
+namespace {
+int socket_rcvlowat(int fd) noexcept
+{
+    int v = 1;
+    socklen_t len = sizeof v;
+    int saved = errno;
+    if (RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &len) != 0)
+        v = 1;
+    errno = saved;
+    return v;
+}
+}  // namespace
+
 void Conn::client_switched() noexcept
 {
+    set_rcvlowat(socket_rcvlowat(tcp_fd_));
     std::lock_guard<std::mutex> lk(mu_);
     phase_.store(Phase::rdma, std::memory_order_release);
     update_shadows_locked();
@@ -449,7 +463,8 @@ bool Conn::readable_locked() const noexcept
         return true;
     if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0))
         return prefix_known_ ? true : false;  // TCP bytes: the kernel says (tcp fd)
-    return rx_prod_ != rx_cons_ || peer_fin_;
+    const uint64_t lowat = static_cast<uint64_t>(rcvlowat_.load(std::memory_order_relaxed));
+    return rx_prod_ - rx_cons_ >= lowat || peer_fin_;
 }
 
 bool Conn::writable_locked() const noexcept
@@ -533,6 +548,8 @@ unsigned Conn::poll_mask(int) noexcept
         if (shut_wr_)
             m |= POLLHUP;
     }
+    if (shut_rd_)
+        m |= POLLRDHUP | POLLIN;  // SHUT_RD: reads return EOF at once
     if (peer_closed_) {  // what the TCP socket says once the peer's RST came
         pollfd pf{tcp_fd_, POLLOUT, 0};
         if (RS_REAL(poll)(&pf, 1, 0) > 0)
@@ -667,6 +684,7 @@ int Conn::try_confirm_locked() noexcept
         fail("cannot announce the TCP prefix");
         return 1;
     }
+    set_rcvlowat(socket_rcvlowat(tcp_fd_));
     phase_.store(Phase::rdma, std::memory_order_release);
     // Wake a poll/select that waits on this socket's pre-switch readiness (it starts
     // over with the eventfds); the first update by a watcher drains it if not readable.
@@ -771,6 +789,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
 {
     std::unique_lock<std::mutex> lk(mu_);
     Deadline dl;
+    bool lowat_gave_up = false;
     const size_t total = iov_total(msg);
     size_t done = 0;
     const bool peek = flags & MSG_PEEK;
@@ -861,6 +880,15 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             }
         }
         uint64_t avail = rx_prod_ - rx_cons_;
+        // SO_RCVLOWAT: a blocking call waits for that many bytes (or all it asked for).
+        const uint64_t lowat = static_cast<uint64_t>(rcvlowat_.load(std::memory_order_relaxed));
+        if (avail > 0 && done == 0 && !waitall && !lowat_gave_up && avail < lowat && avail < total && !shut_rd_ &&
+            !peer_fin_ && !reset_ && !failed_ && !nonblocking() && !(flags & MSG_DONTWAIT)) {
+            flush_locked();
+            if (wait(rd_efd_, POLLIN, false, false, lk, dl) < 0)
+                lowat_gave_up = true;  // timeout or signal: what there is, as the kernel
+            continue;
+        }
         if (avail > 0 && !shut_rd_) {
             size_t n = total - done < avail ? total - done : static_cast<size_t>(avail);
             copy_ring_iov(rx_.mem, rx_.size, rx_cons_, msg, done, n, true);
@@ -1065,6 +1093,9 @@ int Conn::shutdown(int fd, int how) noexcept
     }
     if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
         return -EINVAL;
+    // Both FINs exchanged: the kernel's socket would be closed (TIME_WAIT or CLOSE).
+    if (fin_sent_ && peer_fin_)
+        return -ENOTCONN;
     if (how != SHUT_WR)
         shut_rd_ = true;
     if (how != SHUT_RD && !shut_wr_) {

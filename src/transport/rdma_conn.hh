@@ -94,6 +94,8 @@ public:
     // The program closed the TCP fd: its number may be reused, never touch it again.
     void mark_closed() noexcept;
 
+    // SO_RCVLOWAT of the socket (setsockopt hook; read from the socket at the switch).
+    void set_rcvlowat(int v) noexcept { rcvlowat_.store(v < 1 ? 1 : v, std::memory_order_relaxed); }
     // FIONREAD / SIOCINQ and SIOCOUTQ.
     int bytes_readable() noexcept;
     int bytes_unacked() noexcept;
@@ -206,6 +208,7 @@ private:
     std::atomic<int> shadow_users_{0};
     std::atomic<bool> coalescing_watched_{false};
     std::atomic<Reason> declined_{Reason::none};
+    std::atomic<int> rcvlowat_{1};
     int waiters_ = 0;  // threads asleep in wait() (under mu_)
     std::atomic<bool> interested_{false};
     bool wr_blocked_ = false;  // wr_efd_ holds the "not writable" value

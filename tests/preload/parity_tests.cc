@@ -988,9 +988,8 @@ recv MSG_DONTWAIT empty again = -1 EAGAIN
 socket still blocking: yes
 )")
 
-// RDMA mode, library bug: SO_RCVLOWAT is ignored by poll() on an offloaded socket
-// (POLLIN with 3 bytes of a low-water mark of 5).
-PARITY_CASE_BUG(socket_timeouts, ({"timeouts"}), nullptr, 1,
+// RDMA mode: SO_RCVLOWAT holds for offloaded sockets too (poll and blocking reads).
+PARITY_CASE(socket_timeouts, ({"timeouts"}), nullptr,
 R"(setsockopt SO_RCVTIMEO 200ms = 0
 getsockopt SO_RCVTIMEO = 0
 SO_RCVTIMEO = 0.200000
@@ -1014,10 +1013,9 @@ mask with 5 of 5 = POLLIN|POLLOUT
 read = 5
 )")
 
-// RDMA mode, library bug: shutdown(SHUT_RD) on an offloaded connection after both sides
-// shut down writing returns 0 (kernel: ENOTCONN); and after shutdown(SHUT_RD) of an idle
-// one, poll() lacks POLLRDHUP.
-PARITY_CASE_BUG(half_close, ({"halfclose"}), nullptr, 1,
+// RDMA mode: shutdown() after both FINs gives ENOTCONN, and SHUT_RD shows POLLRDHUP, as
+// the kernel's.
+PARITY_CASE(half_close, ({"halfclose"}), nullptr,
 R"(client shutdown SHUT_WR = 0
 server read EOF = 0
 server mask = POLLIN|POLLOUT|POLLRDHUP
