@@ -224,7 +224,7 @@ bool Engine::start() noexcept
 void Engine::watch(Conn &c) noexcept
 {
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+    ev.events = EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLET;
     ev.data.u64 = reinterpret_cast<uint64_t>(&c) | kTcp;
     RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, c.tcp_fd(), &ev);
 }

@@ -426,6 +426,10 @@ void Conn::on_tcp_event(unsigned events) noexcept
     }
     if (p != Phase::rdma)
         return;
+    if ((events & POLLPRI) && !urgent_) {
+        urgent_ = true;
+        update_shadows_locked(true);
+    }
     if (side_ == Side::client && !prefix_known_ && (events & POLLIN))
         efd_write(rd_efd_, 1);  // pre-switch bytes from the server are readable
     if (events & (POLLRDHUP | POLLHUP | POLLERR)) {
@@ -503,7 +507,7 @@ void Conn::update_shadows_locked(bool force) noexcept
     if (phase_.load() != Phase::rdma || dead_ ||
         (!force && shadow_users_.load(std::memory_order_relaxed) == 0 && waiters_ == 0))
         return;
-    bool r = readable_locked();
+    bool r = readable_locked() || urgent_;  // urgent data wakes POLLPRI waiters (they recompute)
     if (r && !rd_set_) {
         efd_write(rd_efd_, 1);
         rd_set_ = true;
@@ -550,6 +554,13 @@ unsigned Conn::poll_mask(int) noexcept
     }
     if (shut_rd_)
         m |= POLLRDHUP | POLLIN;  // SHUT_RD: reads return EOF at once
+    if (urgent_) {
+        pollfd pf{tcp_fd_, POLLPRI, 0};
+        if (RS_REAL(poll)(&pf, 1, 0) > 0 && (pf.revents & POLLPRI))
+            m |= POLLPRI;
+        else
+            urgent_ = false;  // read (MSG_OOB) meanwhile
+    }
     if (peer_closed_) {  // what the TCP socket says once the peer's RST came
         pollfd pf{tcp_fd_, POLLOUT, 0};
         if (RS_REAL(poll)(&pf, 1, 0) > 0)
@@ -805,6 +816,11 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             ssize_t r = RS_REAL(recvmsg)(fd, msg, flags);
             return r < 0 ? -errno : r;
         }
+        if (p == Phase::rdma && (flags & MSG_OOB)) {  // urgent data: on the TCP socket
+            lk.unlock();
+            ssize_t r = RS_REAL(recvmsg)(fd, msg, flags);
+            return r < 0 ? -errno : r;
+        }
         if (p != Phase::rdma) {  // server, before the switch
             if (!interested_.load(std::memory_order_relaxed)) {
                 lk.unlock();
@@ -1027,6 +1043,12 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
             continue;
         }
         poll_cq_locked();
+        if ((flags & MSG_OOB) && total > 0 && done == 0 && !reset_ && !failed_ && !shut_wr_ && !peer_closed_) {
+            // Urgent data goes on the TCP socket (the peer's kernel shows POLLPRI and
+            // keeps it for recv(MSG_OOB)); the bytes before the last are ordinary data.
+            lk.unlock();
+            return send_urgent(fd, msg, total, flags);
+        }
         // (Also in a fork child, whose copy is otherwise dead: the TCP socket is shared.)
         if (peer_closed_ && (dead_ || (!reset_ && !failed_)) && !shut_wr_ && done == 0) {
             // The peer closed: as with the kernel's TCP, the bytes go to a socket nobody
@@ -1082,6 +1104,43 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
         if (w < 0)
             return done > 0 ? static_cast<ssize_t>(done) : w;
     }
+}
+
+ssize_t Conn::send_urgent(int fd, const msghdr *msg, size_t total, int flags) noexcept
+{
+    ssize_t head = 0;
+    if (total > 1) {
+        iovec iov[64];
+        msghdr m{};
+        m.msg_iov = iov;
+        size_t left = total - 1;
+        for (size_t i = 0; i < msg->msg_iovlen && left > 0 && m.msg_iovlen < 64; ++i) {
+            size_t n = msg->msg_iov[i].iov_len < left ? msg->msg_iov[i].iov_len : left;
+            if (n == 0)
+                continue;
+            iov[m.msg_iovlen++] = {msg->msg_iov[i].iov_base, n};
+            left -= n;
+        }
+        head = sendmsg(fd, &m, flags & ~MSG_OOB);
+        if (head < static_cast<ssize_t>(total - 1))
+            return head;
+    }
+    // The last byte of the message.
+    uint8_t last = 0;
+    size_t skip = total - 1;
+    for (size_t i = 0; i < msg->msg_iovlen; ++i) {
+        if (skip < msg->msg_iov[i].iov_len) {
+            last = static_cast<const uint8_t *>(msg->msg_iov[i].iov_base)[skip];
+            break;
+        }
+        skip -= msg->msg_iov[i].iov_len;
+    }
+    ssize_t r = RS_REAL(send)(fd, &last, 1, flags);
+    if (r < 0)
+        return head > 0 ? head : -errno;
+    std::lock_guard<std::mutex> lk(mu_);
+    bytes_sent_ += 1;
+    return head + 1;
 }
 
 int Conn::shutdown(int fd, int how) noexcept

@@ -74,6 +74,8 @@ public:
     ssize_t recvmsg(int fd, msghdr *msg, int flags) noexcept override;
     ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept override;
     int shutdown(int fd, int how) noexcept override;
+    // MSG_OOB: all but the last byte as ordinary data, the last on the TCP socket.
+    ssize_t send_urgent(int fd, const msghdr *msg, size_t total, int flags) noexcept;
     unsigned poll_mask(int fd) noexcept override;
     Counters counters(int fd) noexcept override;
     void destroy() noexcept override;
@@ -227,6 +229,9 @@ private:
     // what the kernel's own TCP shows (EPIPE, SIGPIPE, POLLERR|POLLHUP).
     bool peer_closed_ = false;
     bool tcp_error_ = false;  // after peer_closed_: the TCP socket reports ERR/HUP
+    // Urgent data (MSG_OOB) travels on the TCP socket, as the kernel's would: the peer's
+    // TCP socket has it pending (POLLPRI) until it is read with MSG_OOB.
+    bool urgent_ = false;
 
     // send side
     uint64_t tx_prod_ = 0;   // bytes staged for the peer's ring (accepted from the program)

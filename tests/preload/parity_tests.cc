@@ -686,9 +686,9 @@ SO_ERROR = 0
 
 /* ---- readiness masks --------------------------------------------------------------- */
 
-// RDMA mode, library bug: urgent data (send MSG_OOB) on an offloaded connection never
-// makes the receiver POLLPRI (select: exceptfds); it shows as POLLIN instead.
-PARITY_CASE_BUG(readiness_poll, ({"poll"}), nullptr, 1,
+// RDMA mode: urgent data (send MSG_OOB) travels on the TCP socket, so the receiver sees
+// POLLPRI (select: exceptfds) as with the kernel.
+PARITY_CASE(readiness_poll, ({"poll"}), nullptr,
 R"(fresh connection: c=POLLOUT s=POLLOUT
 poll POLLIN timeout 0 = 0
 poll POLLIN timeout 30ms = 0
@@ -727,8 +727,7 @@ revents = POLLNVAL
 poll no fds 10ms = 0
 )")
 
-// RDMA mode, library bug: as readiness_poll (no POLLPRI for MSG_OOB data).
-PARITY_CASE_BUG(readiness_ppoll, ({"ppoll"}), nullptr, 1,
+PARITY_CASE(readiness_ppoll, ({"ppoll"}), nullptr,
 R"(fresh connection: c=POLLOUT s=POLLOUT
 poll POLLIN timeout 0 = 0
 poll POLLIN timeout 30ms = 0
@@ -770,8 +769,7 @@ ppoll with SIGUSR1 unblocked = -1 EINTR
 handler ran: 1
 )")
 
-// RDMA mode, library bug: as readiness_poll (MSG_OOB data never in exceptfds).
-PARITY_CASE_BUG(readiness_select, ({"select"}), nullptr, 1,
+PARITY_CASE(readiness_select, ({"select"}), nullptr,
 R"(fresh: 2 r={} w={c,s} e={}
 server writes = 10
 wait readable: 1 r={c} w={} e={}
@@ -790,8 +788,7 @@ timeval left = 0.000000
 select a closed fd = -1 EBADF
 )")
 
-// RDMA mode, library bug: as readiness_select.
-PARITY_CASE_BUG(readiness_pselect, ({"pselect"}), nullptr, 1,
+PARITY_CASE(readiness_pselect, ({"pselect"}), nullptr,
 R"(fresh: 2 r={} w={c,s} e={}
 server writes = 10
 wait readable: 1 r={c} w={} e={}
