@@ -373,7 +373,10 @@ void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
         r = c->post_initial_receives();
     if (r != Reason::none) {
         reject(p.id->get(), r);
-        c->note_declined(r);
+        // The operator must see a lack of locked memory; other failures here can be
+        // artefacts of a client that gave up meanwhile (its id is gone).
+        if (r == Reason::memlock)
+            c->note_declined(r);
         RS_DEBUG("declined an RDMA request: %s", reason_code(r));
         return;
     }

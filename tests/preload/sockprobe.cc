@@ -1345,6 +1345,9 @@ int sc_epoll_lt(const Args &)
     ectl("ADD c EPOLLIN|EPOLLEXCLUSIVE", ep, EPOLL_CTL_ADD, p.c, EPOLLIN | EPOLLEXCLUSIVE, 1);
     ectl("MOD an EPOLLEXCLUSIVE entry", ep, EPOLL_CTL_MOD, p.c, EPOLLIN, 1);
     SHOW("server writes", write(p.s, "x", 1));
+    // s (registered, writable) makes the wait return at once: let the byte arrive first
+    // (over loopback the kernel delivers it within write(); over a link, or RDMA, later).
+    wait_for(p.c, POLLIN);
     ewait("exclusive wait", ep, kWaitMs);
     // An fd in two epoll sets: both report it.
     int ep2 = must(epoll_create(1), "epoll_create");
