@@ -28,11 +28,11 @@ constexpr uint32_t kRecvDepth = 512;
 constexpr unsigned kSignalEvery = 16;
 constexpr uint32_t kWantInline = 128;
 // Coalescing (like the kernel's TCP autocorking): a write smaller than kCoalesceBelow is
-// only staged, not posted, while a signalled work request is in flight (so a completion
-// is sure to come; a data message posted when none is in flight is signalled); the
-// staged bytes go out as one message at that completion, before any wait, FIN or close,
-// or as soon as kCoalesceBelow bytes are staged.  A ping-pong never waits: the send
-// completion of a request arrives before its answer.
+// only staged, not posted, while a signalled work request (one in kSignalEvery) is in
+// flight, so a completion is sure to come; the staged bytes go out as one message at
+// that completion, before any wait, FIN or close, or as soon as kCoalesceBelow bytes are
+// staged.  Signalling stays selective: a ping-pong pays no completion per message, and
+// rarely has a signalled request in flight.
 constexpr uint64_t kCoalesceBelow = 16384;
 constexpr uint64_t kNotWritable = 0xfffffffffffffffeull;  // eventfd counter: no POLLOUT
 
@@ -954,8 +954,6 @@ ssize_t Conn::tx_ring_locked(const msghdr *msg, size_t skip, size_t n, bool hold
         if (i < msg->msg_iovlen && msg->msg_iov[i].iov_len - s >= n) {
             const uint8_t *src = static_cast<const uint8_t *>(msg->msg_iov[i].iov_base) + s;
             const uint32_t imm = neg::make_imm(neg::Imm::data, static_cast<uint32_t>(n));
-            if (last_signaled_ <= wr_completed_)
-                unsignaled_ = kSignalEvery;  // signalled: later small writes coalesce behind it
             if (post_write_locked(off, src, static_cast<uint32_t>(n), 0, true, imm, true) != 0)
                 return -EPIPE;
             tx_prod_ += n;
@@ -982,8 +980,6 @@ int Conn::flush_locked() noexcept
     const uint64_t first = n < tx_.size - off ? n : tx_.size - off;
     const uint32_t imm = neg::make_imm(neg::Imm::data, static_cast<uint32_t>(n));
     const uint32_t lkey = tx_.mr->lkey();
-    if (last_signaled_ <= wr_completed_)
-        unsignaled_ = kSignalEvery;  // signalled: later small writes coalesce behind it
     if (first < n) {
         if (post_write_locked(off, tx_.mem + off, static_cast<uint32_t>(first), lkey, false, 0, false) != 0 ||
             post_write_locked(0, tx_.mem, static_cast<uint32_t>(n - first), lkey, true, imm, false) != 0)
