@@ -1304,6 +1304,59 @@ void semantics_close_exit(bool writer_is_client)
 
 // The peer is killed with SIGKILL while the survivor is blocked in read: ECONNRESET
 // (EOF is wrong) within about 2 s.
+// CPU time (user + system, clock ticks) a process has used so far; -1 if unknown.
+long cpu_ticks(pid_t pid)
+{
+    std::string st = read_file("/proc/" + std::to_string(pid) + "/stat");
+    size_t rp = st.rfind(')');
+    if (rp == std::string::npos)
+        return -1;
+    std::istringstream is(st.substr(rp + 2));
+    std::string f;
+    long utime = -1, stime = -1;
+    for (int i = 3; is >> f; ++i) {  // field 3 is the state
+        if (i == 14)
+            utime = std::atol(f.c_str());
+        if (i == 15) {
+            stime = std::atol(f.c_str());
+            break;
+        }
+    }
+    return utime < 0 || stime < 0 ? -1 : utime + stime;
+}
+
+// By default nothing spins: with an offloaded connection idle (the client sleeps 6 s
+// after its data, no socket call; the server blocks in read() waiting for the rest),
+// neither process may use CPU (both have the library's thread) over 2 s of that time.
+void semantics_idle_no_cpu()
+{
+    const std::string name = "semantics/idle_no_cpu";
+    Side s, c;
+    s.args = {"--plan", "1000:1000:write:seq"};
+    c.args = {"--plan", "1000:1000:write:seq", "--pause-ms", "6000"};
+    long s0 = -1, s1 = -1, c0 = -1, c1 = -1;
+    Pair pr = run_pair(name, s, c, 60000, [&](Proc &sp, Proc &cp, Pair &) {
+        usleep(3000 * 1000);  // connect and data done (well under 3 s), the pause runs
+        s0 = cpu_ticks(sp.pid());
+        c0 = cpu_ticks(cp.pid());
+        usleep(2000 * 1000);
+        s1 = cpu_ticks(sp.pid());
+        c1 = cpu_ticks(cp.pid());
+    });
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    expect_rdma(pr.client, 0, 1000, 1000, name);
+    expect_rdma(pr.server, 0, 1000, 1000, name);
+    const long hz = sysconf(_SC_CLK_TCK);
+    BOOST_REQUIRE_MESSAGE(s0 >= 0 && s1 >= 0 && c0 >= 0 && c1 >= 0, name << ": no CPU figures from /proc");
+    const double s_ms = 1000.0 * static_cast<double>(s1 - s0) / static_cast<double>(hz);
+    const double c_ms = 1000.0 * static_cast<double>(c1 - c0) / static_cast<double>(hz);
+    note(name + ": CPU over 2 s idle: server (blocked in read) " + std::to_string(static_cast<long>(s_ms)) +
+         " ms, client (sleeping) " + std::to_string(static_cast<long>(c_ms)) + " ms");
+    BOOST_CHECK_MESSAGE(s_ms <= 50 && c_ms <= 50, name << ": an idle offloaded connection used CPU: server " << s_ms
+                                                      << " ms, client " << c_ms << " ms in 2 s");
+}
+
 void semantics_sigkill(bool killed_is_client)
 {
     const std::string name = std::string("semantics/sigkill_") + (killed_is_client ? "client" : "server");
@@ -1706,6 +1759,7 @@ bool init_tests()
     add(sem, "close_exit_client", [] { semantics_close_exit(true); });
     add(sem, "close_exit_server", [] { semantics_close_exit(false); });
     add(sem, "sigkill_client", [] { semantics_sigkill(true); });
+    add(sem, "idle_no_cpu", semantics_idle_no_cpu);
     add(sem, "sigkill_server", [] { semantics_sigkill(false); });
     master.add(sem);
 
