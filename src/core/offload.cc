@@ -160,6 +160,14 @@ void set_ack_timeout(rdma_cm_id *id) noexcept
 Engine *g_engine = nullptr;
 std::mutex g_start_mu;
 unsigned ring_log2() noexcept;
+// The largest receive ring of a peer we accept to mirror with a send staging ring of the
+// same size: our own ring size, at least 4 MiB.  A bigger one (a peer configured very
+// differently, or a third party making us pin memory) is declined with `limit`.
+unsigned max_peer_ring_log2() noexcept
+{
+    unsigned own = ring_log2();
+    return own > 22 ? own : 22;
+}
 
 Engine *engine() noexcept
 {
@@ -366,16 +374,18 @@ void Engine::on_cm_events() noexcept
 void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
 {
     // mu held.
-    Reason r = c->create_resources(p.id, ring_log2());
+    Reason r = p.hello.ring.log2 > max_peer_ring_log2() ? Reason::limit : Reason::none;
+    if (r == Reason::none)
+        r = c->create_resources(p.id, ring_log2());
     if (r == Reason::none)
         r = c->set_peer_ring(p.hello.ring);
     if (r == Reason::none)
         r = c->post_initial_receives();
     if (r != Reason::none) {
         reject(p.id->get(), r);
-        // The operator must see a lack of locked memory; other failures here can be
-        // artefacts of a client that gave up meanwhile (its id is gone).
-        if (r == Reason::memlock)
+        // The operator must see a lack of locked memory or a limit; other failures here
+        // can be artefacts of a client that gave up meanwhile (its id is gone).
+        if (r == Reason::memlock || r == Reason::limit)
             c->note_declined(r);
         RS_DEBUG("declined an RDMA request: %s", reason_code(r));
         return;
@@ -800,6 +810,8 @@ Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
     }
     if (r == Reason::none && !(a.nonce == h.nonce))
         r = Reason::bad_message;
+    if (r == Reason::none && a.ring.log2 > max_peer_ring_log2())
+        r = Reason::limit;
     if (r == Reason::none)
         r = conn->set_peer_ring(a.ring);
     if (r != Reason::none) {

@@ -408,7 +408,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
     const bool confirm_case = kase.rfind("confirm_", 0) == 0 || kase == "data_before_confirm";
     const bool data_case = !hello_case && !confirm_case;
     static const char *const known[] = {"hello_bad_magic", "hello_version", "hello_truncated",
-        "hello_log2_high", "hello_log2_low", "hello_zero_rkey", "hello_reserved", "hello_third_party",
+        "hello_log2_high", "hello_log2_low", "hello_ring_oversized", "hello_zero_rkey", "hello_reserved", "hello_third_party",
         "hello_attach_existing", "confirm_wrong_nonce", "confirm_bad_version", "confirm_garbage",
         "data_before_confirm",
         "data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client",
@@ -470,6 +470,8 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         hello[6] = neg::kMaxRingLog2 + 1;
     else if (kase == "hello_log2_low")
         hello[6] = neg::kMinRingLog2 - 1;
+    else if (kase == "hello_ring_oversized")
+        hello[6] = neg::kMaxRingLog2;  // valid, but a 64 MiB ring the victim would mirror
     else if (kase == "hello_zero_rkey")
         memset(hello + 44, 0, 4);
     else if (kase == "hello_reserved")
@@ -655,7 +657,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
 int run_server(const std::string &addr, const std::string &kase)
 {
     static const char *const known[] = {"accept_bad_magic", "accept_version", "accept_zero_rkey",
-        "accept_log2_high", "accept_reserved", "accept_wrong_nonce", "decline_none", "decline_unknown",
+        "accept_log2_high", "accept_ring_oversized", "accept_reserved", "accept_wrong_nonce", "decline_none", "decline_unknown",
         "second_prefix", "prefix_beyond_tcp", "accept_ring_outside_mr"};
     if (!known_case(known, sizeof known / sizeof known[0], kase, "server"))
         return 4;
@@ -715,6 +717,8 @@ int run_server(const std::string &addr, const std::string &kase)
             memset(pd + 8, 0, 4);
         else if (kase == "accept_log2_high")
             pd[5] = neg::kMaxRingLog2 + 1;
+        else if (kase == "accept_ring_oversized")
+            pd[5] = neg::kMaxRingLog2;  // valid, but a 64 MiB ring the victim would mirror
         else if (kase == "accept_reserved")
             pd[6] = 0x5a;
         else if (kase == "accept_wrong_nonce")

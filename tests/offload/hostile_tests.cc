@@ -444,6 +444,11 @@ bool init_tests()
     add(hello, "version", [tcp] {
         client_case("hello_version", {"REJECTED", "version_mismatch", "none", "none", tcp, "peer_no_rdmasock"});
     });
+    // A valid HELLO whose ring (64 MiB) the victim would have to mirror with a pinned send
+    // ring of the same size: declined with `limit`, which the victim's socket reports.
+    add(hello, "ring_oversized", [tcp] {
+        client_case("hello_ring_oversized", {"REJECTED", "limit", "none", "none", tcp, "limit"});
+    });
     for (std::string k : {"third_party", "attach_existing"})
         add(hello, k, [k, tcp] { client_case("hello_" + k, {"REJECTED", "rejected", "none", "none", tcp, "peer_no_rdmasock"}); });
     master.add(hello);
@@ -489,6 +494,9 @@ bool init_tests()
     auto *srv = BOOST_TEST_SUITE("server");
     for (std::string k : {"accept_bad_magic", "accept_zero_rkey", "accept_log2_high", "accept_reserved", "accept_wrong_nonce"})
         add(srv, k, [k, tcp] { server_case(k, {"", "", "none", "DISCONNECTED", tcp, "bad_message"}); });
+    add(srv, "accept_ring_oversized", [tcp] {
+        server_case("accept_ring_oversized", {"", "", "none", "DISCONNECTED", tcp, "limit"});
+    });
     add(srv, "accept_version", [tcp] {
         server_case("accept_version", {"", "", "none", "DISCONNECTED", tcp, "version_mismatch"});
     });
