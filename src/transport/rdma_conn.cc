@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -1168,6 +1169,13 @@ int Conn::bytes_readable() noexcept
     std::lock_guard<std::mutex> lk(mu_);
     poll_cq_locked();
     uint64_t n = rx_prod_ - rx_cons_;
+    if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0)) {
+        // The server's bytes from before its switch, still on the TCP socket, come first.
+        int tcp = 0;
+        if (RS_REAL(ioctl)(tcp_fd_, FIONREAD, &tcp) == 0 && tcp > 0)
+            n += prefix_known_ && static_cast<uint64_t>(tcp) > prefix_left_ ? prefix_left_
+                                                                            : static_cast<uint64_t>(tcp);
+    }
     return n > INT_MAX ? INT_MAX : static_cast<int>(n);
 }
 

@@ -95,6 +95,7 @@ struct Options {
     bool helper = false;
     int hold_ms = 0;
     int pause_ms = 0;  // client, one-direction streams: sleep between the data and shutdown()
+    bool fionread_banner = false;  // client: wait until FIONREAD counts the whole banner
     int accept_delay_ms = 0;  // server: sleep before each accept()
     bool push = false;        // server: write only, never read
     int stall_ms = 0;         // SO_RCVTIMEO/SO_SNDTIMEO on stream connections
@@ -628,6 +629,14 @@ void stream(int fd, const Entry &e, Counts &c, std::string &extra)
     }
     if (opt.banner > 0) {
         if (client) {
+            if (opt.fionread_banner) {  // FIONREAD must count the whole banner before it is read
+                int n = 0;
+                long long t0 = now_us();
+                while ((ioctl(fd, FIONREAD, &n) != 0 || n < static_cast<int>(opt.banner)) && now_us() - t0 < 10000000)
+                    usleep(1000);
+                if (n < static_cast<int>(opt.banner))
+                    errorf(kCallFailed, "FIONREAD said %d of the %d banner bytes for 10 s", n, static_cast<int>(opt.banner));
+            }
             recv_stream(fd, 0, opt.banner, kSaltBanner, false, c, "banner");
         } else {
             send_stream(fd, 0, opt.banner, kSaltBanner, c);
@@ -1549,7 +1558,7 @@ void usage()
             "       [--plan C2S:S2C[:API[:bidir]],...] [--chunk N] [--banner N] [--echo] [--expect-echo]\n"
             "       [--close-exit] [--nonblock-connect] [--wait-decided] [--hold-ms N] [--accept-delay-ms N]\n"
             "       [--wait-mode poll|select|epoll] [--push] [--stall-ms N]\n"
-            "       [--warmup ADDR:PORT] [--pause-ms N]\n"
+            "       [--warmup ADDR:PORT] [--pause-ms N] [--fionread-banner]\n"
             "       [--scenario NAME,NAME,... | --helper] [--allow-tcp]\n"
             "  API: write (read) | writev (readv) | send (recv MSG_WAITALL) | sendmsg (recvmsg) | sendfile (read)\n");
     _exit(kUsage);
@@ -1620,7 +1629,7 @@ int main(int argc, char **argv)
         {"expect-echo", no_argument, nullptr, 'E'},    {"close-exit", no_argument, nullptr, 'x'},
         {"nonblock-connect", no_argument, nullptr, 'N'}, {"wait-decided", no_argument, nullptr, 'W'},
         {"scenario", required_argument, nullptr, 'S'}, {"helper", no_argument, nullptr, 'H'},
-        {"hold-ms", required_argument, nullptr, 'h'},  {"pause-ms", required_argument, nullptr, 'Q'},  {"allow-tcp", no_argument, nullptr, 'T'},
+        {"hold-ms", required_argument, nullptr, 'h'},  {"pause-ms", required_argument, nullptr, 'Q'},  {"fionread-banner", no_argument, nullptr, 'F'},  {"allow-tcp", no_argument, nullptr, 'T'},
         {"accept-delay-ms", required_argument, nullptr, 'D'}, {"wait-mode", required_argument, nullptr, 'w'},
         {"push", no_argument, nullptr, 'u'},          {"stall-ms", required_argument, nullptr, 'z'},
         {"warmup", required_argument, nullptr, 'y'},
@@ -1648,6 +1657,7 @@ int main(int argc, char **argv)
         case 'H': opt.helper = true; break;
         case 'h': opt.hold_ms = atoi(optarg); break;
         case 'Q': opt.pause_ms = atoi(optarg); break;
+        case 'F': opt.fionread_banner = true; break;
         case 'T': opt.allow_tcp = true; break;
         case 'D': opt.accept_delay_ms = atoi(optarg); break;
         case 'u': opt.push = true; break;
