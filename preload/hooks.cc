@@ -687,8 +687,7 @@ int setsockopt(int fd, int level, int name, const void *val, socklen_t len) noex
 {
     int r = RS_REAL(setsockopt)(fd, level, name, val, len);
     if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT && val != nullptr && len >= sizeof(int)) {
-        SocketRef s = offloaded_socket(fd);
-        if (s && s->transport != nullptr && s->transport != &kernel_tcp())
+        if (SocketRef s = offloaded_socket(fd))
             static_cast<Conn *>(s->transport)->set_rcvlowat(*static_cast<const int *>(val));
     }
     return r;

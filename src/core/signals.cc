@@ -39,6 +39,16 @@ void trampoline(int signo, siginfo_t *info, void *uc)
         reinterpret_cast<Plain>(fn)(signo);
 }
 
+// The flags that describe how the program's handler is called (the trampoline's own
+// are these, with SA_SIGINFO forced).
+constexpr int kHandlerFlags = SA_SIGINFO | SA_RESTART | SA_RESETHAND | SA_NODEFER | SA_ONSTACK;
+
+void *handler_of(const struct sigaction &sa) noexcept
+{
+    return sa.sa_flags & SA_SIGINFO ? reinterpret_cast<void *>(sa.sa_sigaction)
+                                    : reinterpret_cast<void *>(sa.sa_handler);
+}
+
 bool is_trampoline(const struct sigaction &sa) noexcept
 {
     return (sa.sa_flags & SA_SIGINFO) && sa.sa_sigaction == trampoline;
@@ -76,9 +86,7 @@ int sigaction(int signo, const struct sigaction *act, struct sigaction *old) noe
         return RS_REAL(sigaction)(signo, act, old);
     std::lock_guard<std::mutex> lk(g_mu);
     struct sigaction prev {};
-    const bool wrap = act != nullptr && !(act->sa_flags & SA_SIGINFO ? act->sa_sigaction == nullptr
-                                                                      : (act->sa_handler == SIG_DFL ||
-                                                                         act->sa_handler == SIG_IGN));
+    const bool wrap = act != nullptr && act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN;
     // Save the previous entry: the program sees what it had installed.
     void *prev_fn = g_user[signo].fn.load();
     int prev_flags = g_user[signo].flags.load();
@@ -89,9 +97,7 @@ int sigaction(int signo, const struct sigaction *act, struct sigaction *old) noe
         mine.sa_sigaction = trampoline;
         // The table first: a signal arriving meanwhile runs the new handler.
         g_user[signo].flags.store(act->sa_flags, std::memory_order_release);
-        g_user[signo].fn.store(act->sa_flags & SA_SIGINFO ? reinterpret_cast<void *>(act->sa_sigaction)
-                                                          : reinterpret_cast<void *>(act->sa_handler),
-                               std::memory_order_release);
+        g_user[signo].fn.store(handler_of(*act), std::memory_order_release);
         r = RS_REAL(sigaction)(signo, &mine, &prev);
         if (r != 0) {
             g_user[signo].fn.store(prev_fn);
@@ -103,16 +109,13 @@ int sigaction(int signo, const struct sigaction *act, struct sigaction *old) noe
             g_user[signo].fn.store(nullptr, std::memory_order_release);
     }
     if (r == 0 && old != nullptr) {
-        if (is_trampoline(prev)) {
-            *old = prev;
-            old->sa_flags = (prev.sa_flags & ~(SA_SIGINFO | SA_RESTART | SA_RESETHAND | SA_NODEFER | SA_ONSTACK)) |
-                            (prev_flags & (SA_SIGINFO | SA_RESTART | SA_RESETHAND | SA_NODEFER | SA_ONSTACK));
+        *old = prev;
+        if (is_trampoline(prev)) {  // what the program installed, as it installed it
+            old->sa_flags = (prev.sa_flags & ~kHandlerFlags) | (prev_flags & kHandlerFlags);
             if (prev_flags & SA_SIGINFO)
                 old->sa_sigaction = reinterpret_cast<Info>(prev_fn);
             else
                 old->sa_handler = reinterpret_cast<Plain>(prev_fn);
-        } else {
-            *old = prev;
         }
     }
     return r;

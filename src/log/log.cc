@@ -9,6 +9,7 @@
 
 #include "config/config.hh"
 #include "core/real.hh"
+#include "util/fd.hh"
 
 namespace rdmasock::log {
 
@@ -16,8 +17,6 @@ std::atomic<int> g_level{kWarn};
 
 namespace {
 std::atomic<int> g_fd{STDERR_FILENO};
-// The file is opened on a high fd number, away from the numbers programs expect.
-constexpr int kLogFdFloor = 900;
 
 void write_all(int fd, const char *p, size_t n) noexcept
 {
@@ -42,12 +41,7 @@ void configure(int level, const char *file) noexcept
     int saved = errno;
     int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) {
-        int high = RS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, kLogFdFloor);
-        if (high >= 0) {
-            RS_REAL(close)(fd);
-            fd = high;
-        }
-        g_fd.store(fd, std::memory_order_relaxed);
+        g_fd.store(util::move_high(fd), std::memory_order_relaxed);
     } else {
         write(kWarn, "cannot open log file %s: %s; logging to standard error", file, strerror(errno));
     }

@@ -974,9 +974,11 @@ ssize_t Conn::tx_ring_locked(const msghdr *msg, size_t skip, size_t n, bool hold
 
 int Conn::flush_locked() noexcept
 {
+    if (failed_ || reset_)
+        return -EPIPE;
     const uint64_t n = tx_prod_ - tx_posted_;
-    if (n == 0 || failed_ || reset_)
-        return failed_ || reset_ ? -EPIPE : 0;
+    if (n == 0)
+        return 0;
     const uint64_t off = tx_posted_ & (tx_.size - 1);
     const uint64_t first = n < tx_.size - off ? n : tx_.size - off;
     const uint32_t imm = neg::make_imm(neg::Imm::data, static_cast<uint32_t>(n));
@@ -1077,7 +1079,7 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
             size_t n = total - done < space ? total - done : static_cast<size_t>(space);
             if (n > neg::kImmValueMask)
                 n = neg::kImmValueMask;
-            // Coalesce a small write while enough earlier ones are in flight.
+            // Coalesce a small write while a signalled one is in flight.
             const bool hold = n < kCoalesceBelow && last_signaled_ > wr_completed_;
             ssize_t r = tx_ring_locked(msg, done, n, hold);
             if (hold && tx_posted_ != tx_prod_ && !coalescing_watched_.exchange(true))
@@ -1227,7 +1229,7 @@ void Conn::close_connection(bool abortive) noexcept
     if (data_msgs_ > 0)
         RS_DEBUG("connection fd=%d: %llu writes went out in %llu data messages", tcp_fd_,
                  static_cast<unsigned long long>(writes_), static_cast<unsigned long long>(data_msgs_));
-    if (!fin_sent_ && flush_locked() != 0)
+    if (flush_locked() != 0)  // every byte before the FIN
         return;
     // FIN "closed" (after a FIN of shutdown(), a second one): the peer learns that this
     // side reads nothing more; signalled, so its completion tells that every byte

@@ -38,7 +38,7 @@ HOSTILE_ASAN_LIB = tests/offload/asan/librdmasock.so
 HOSTILE_ASAN_CC = $(filter %.cc,$(librdmasock_core_la_SOURCES) $(librdmasock_la_SOURCES))
 
 tests_offload_hostile_tests_SOURCES = tests/offload/hostile_tests.cc tests/offload/proc.cc \
-	tests/offload/proc.hh
+	tests/offload/proc.hh tests/offload/driver.hh
 tests_offload_hostile_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TEST_DYN_LINK \
 	-DHOSTILE_ASAN_LIB='"$(abs_top_builddir)/$(HOSTILE_ASAN_LIB)"' \
 	-DHOSTILE_BIN='"$(abs_top_builddir)/tests/offload/hostile$(EXEEXT)"' \

@@ -59,6 +59,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "tests/offload/driver.hh"
 #include "tests/offload/proc.hh"
 
 using namespace offload;
@@ -87,56 +88,7 @@ std::string env_or(const char *name, const std::string &dflt)
     return v != nullptr && *v != '\0' ? v : dflt;
 }
 
-bool device_active()
-{
-    int n = 0;
-    bool active = false;
-    ibv_device **list = ibv_get_device_list(&n);
-    for (int i = 0; list != nullptr && i < n && !active; ++i) {
-        ibv_context *ctx = ibv_open_device(list[i]);
-        ibv_port_attr pa{};
-        active = ctx != nullptr && ibv_query_port(ctx, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE;
-        if (ctx != nullptr)
-            ibv_close_device(ctx);
-    }
-    if (list != nullptr)
-        ibv_free_device_list(list);
-    return active;
-}
-
-// Pass/fail per case, and the summary line printed last by main.
-struct Tally : utf::test_observer {
-    int passed = 0, failed = 0;
-    bool bad = false;
-    std::vector<std::string> names;
-    void test_unit_start(const utf::test_unit &tu) override
-    {
-        bad = false;
-        if (tu.p_type == utf::TUT_CASE)
-            printf("---- %s\n", tu.full_name().c_str());
-        fflush(stdout);
-    }
-    void assertion_result(utf::assertion_result r) override { bad = bad || r != utf::AR_PASSED; }
-    void exception_caught(const boost::execution_exception &) override { bad = true; }
-    void test_unit_aborted(const utf::test_unit &) override { bad = true; }
-    void test_unit_skipped(const utf::test_unit &tu, utf::const_string why) override
-    {
-        if (tu.p_type == utf::TUT_CASE && why != utf::const_string("disabled")) {
-            ++failed;  // a skip is a failure here
-            names.push_back(tu.full_name() + " (skipped)");
-        }
-    }
-    void test_unit_finish(const utf::test_unit &tu, unsigned long us) override
-    {
-        if (tu.p_type != utf::TUT_CASE)
-            return;
-        (bad ? failed : passed) += 1;
-        if (bad)
-            names.push_back(tu.full_name());
-        printf("%s: %s (%.1f s)\n", bad ? "FAIL" : "PASS", tu.full_name().c_str(), us / 1e6);
-        fflush(stdout);
-    }
-} g_tally;
+Summary g_summary;
 
 // ---- processes --------------------------------------------------------------------------------
 
@@ -432,7 +384,7 @@ void add(utf::test_suite *ts, const std::string &name, std::function<void()> fn)
 
 bool init_tests()
 {
-    utf::framework::register_observer(g_tally);
+    utf::framework::register_observer(g_summary);
     auto &master = utf::framework::master_test_suite();
     master.p_name.value = "hostile";
     const Outcome tcp = Outcome::tcp_exact, reset = Outcome::reset;
@@ -518,7 +470,7 @@ bool init_tests()
 
 int main(int argc, char **argv)
 {
-    if (!device_active()) {
+    if (!rdma_device_active()) {
         printf("SKIP: no active RDMA device (run via make check-hostile)\n0 passed, 1 failed\n");
         return 77;
     }
@@ -536,8 +488,6 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     int rc = utf::unit_test_main(&init_tests, argc, argv);
-    for (const auto &n : g_tally.names)
-        printf("failed: %s\n", n.c_str());
-    printf("%d passed, %d failed\n", g_tally.passed, g_tally.failed);
-    return rc == 0 && g_tally.failed == 0 ? 0 : 1;
+    g_summary.print();
+    return rc == 0 && g_summary.failed == 0 && g_summary.skipped == 0 ? 0 : 1;
 }

@@ -14,7 +14,7 @@ tests_offload_peer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
 tests_offload_peer_LDADD = -lpthread
 
 tests_offload_offload_tests_SOURCES = tests/offload/offload_tests.cc tests/offload/proc.cc \
-	tests/offload/proc.hh
+	tests/offload/proc.hh tests/offload/driver.hh
 tests_offload_offload_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TEST_DYN_LINK \
 	-DRDMASOCK_BUILD_LIB='"$(abs_top_builddir)/.libs/librdmasock.so"' \
 	-DOFFLOAD_PEER='"$(abs_top_builddir)/tests/offload/peer$(EXEEXT)"'

@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tests/offload/driver.hh"
 #include "tests/offload/proc.hh"
 
 using namespace offload;
@@ -67,86 +68,12 @@ std::string env_or(const char *name, const std::string &dflt)
 // 0 when an RDMA device with an active port exists; else prints SKIP, returns 77.
 int require_device()
 {
-    int n = 0, active = 0;
-    ibv_device **list = ibv_get_device_list(&n);
-    for (int i = 0; list != nullptr && i < n; ++i) {
-        ibv_context *ctx = ibv_open_device(list[i]);
-        if (ctx == nullptr)
-            continue;
-        ibv_device_attr attr{};
-        if (ibv_query_device(ctx, &attr) == 0)
-            for (uint8_t port = 1; port <= attr.phys_port_cnt; ++port) {
-                ibv_port_attr pa{};
-                if (ibv_query_port(ctx, port, &pa) == 0 && pa.state == IBV_PORT_ACTIVE)
-                    ++active;
-            }
-        ibv_close_device(ctx);
-    }
-    if (list != nullptr)
-        ibv_free_device_list(list);
-    if (active > 0)
+    if (rdma_device_active())
         return 0;
     printf("SKIP: no active RDMA device (run via make check-offload)\n");
     return 77;
 }
 
-// ---- per-case summary ------------------------------------------------------------------
-
-struct Summary : utf::test_observer {
-    int passed = 0, failed = 0, skipped = 0;
-    bool cur_failed = false;
-    std::vector<std::string> failures;
-
-    void test_unit_start(const utf::test_unit &tu) override
-    {
-        if (tu.p_type == utf::TUT_CASE) {
-            cur_failed = false;
-            printf("---- %s\n", tu.full_name().c_str());
-            fflush(stdout);
-        }
-    }
-    void assertion_result(utf::assertion_result ar) override
-    {
-        if (ar != utf::AR_PASSED)
-            cur_failed = true;
-    }
-    void exception_caught(const boost::execution_exception &) override { cur_failed = true; }
-    void test_unit_aborted(const utf::test_unit &) override { cur_failed = true; }
-    void test_unit_timed_out(const utf::test_unit &) override { cur_failed = true; }
-    void test_unit_skipped(const utf::test_unit &tu, utf::const_string reason) override
-    {
-        // "disabled": not selected by --run_test; anything else is a real skip.
-        if (tu.p_type == utf::TUT_CASE && reason != utf::const_string("disabled")) {
-            ++skipped;
-            printf("SKIP: %s: %s (a skip is a failure here)\n", tu.full_name().c_str(),
-                   std::string(reason.begin(), reason.end()).c_str());
-        }
-    }
-    void test_unit_finish(const utf::test_unit &tu, unsigned long elapsed_us) override
-    {
-        if (tu.p_type != utf::TUT_CASE)
-            return;
-        if (cur_failed) {
-            ++failed;
-            failures.push_back(tu.full_name());
-        } else {
-            ++passed;
-        }
-        printf("%s: %s (%.1f s)\n", cur_failed ? "FAIL" : "PASS", tu.full_name().c_str(),
-               static_cast<double>(elapsed_us) / 1e6);
-        fflush(stdout);
-    }
-    // Printed by main, last.
-    void print() const
-    {
-        for (const auto &f : failures)
-            printf("failed: %s\n", f.c_str());
-        std::string sk = skipped ? " (" + std::to_string(skipped) + " skipped)" : "";
-        printf("%d passed, %d failed%s\n", passed, failed + skipped, sk.c_str());
-        fflush(stdout);
-    }
-    int priority() override { return 1000; }
-};
 Summary g_summary;
 
 // Timing notes collected over the run, printed at the end (the report's numbers).
@@ -537,6 +464,18 @@ std::string describe_stream(const Stream &e)
     return d;
 }
 
+// Every connection of the plan on RDMA at both ends, each having moved its bytes (the
+// server also its banner first).
+void expect_plan_rdma(const Pair &pr, const std::vector<Stream> &plan, const std::string &name, uint64_t banner = 0)
+{
+    for (size_t i = 0; i < plan.size(); ++i) {
+        const Stream &e = plan[i];
+        std::string what = name + " [" + describe_stream(e) + (banner ? ", banner " + std::to_string(banner) : "") + "]";
+        expect_rdma(pr.client, i, static_cast<int64_t>(e.c2s), static_cast<int64_t>(e.s2c + banner), what);
+        expect_rdma(pr.server, i, static_cast<int64_t>(e.s2c + banner), static_cast<int64_t>(e.c2s), what);
+    }
+}
+
 // wait_decided: the server starts writing only once its socket is on RDMA (else its
 // first bytes go out on TCP before the switch and arrive as the PREFIX: that path is
 // what write_both_directions and the banner cases test).
@@ -552,11 +491,10 @@ Pair run_streams(const std::string &name, const std::vector<Stream> &plan, Side 
     Pair pr = run_pair(name, s, c, 150000);
     expect_clean_exit(pr.server, name);
     expect_clean_exit(pr.client, name);
+    expect_plan_rdma(pr, plan, name);
     for (size_t i = 0; i < plan.size(); ++i) {
         const Stream &e = plan[i];
         std::string what = name + " [" + describe_stream(e) + "]";
-        expect_rdma(pr.client, i, static_cast<int64_t>(e.c2s), static_cast<int64_t>(e.s2c), what);
-        expect_rdma(pr.server, i, static_cast<int64_t>(e.s2c), static_cast<int64_t>(e.c2s), what);
         for (const PeerRun *p : {&pr.client, &pr.server})
             if (const Fields *g = p->conn(i); g != nullptr && g->count("max_call_ms"))
                 BOOST_CHECK_MESSAGE(num(*g, "max_call_ms") < 9500,
@@ -659,12 +597,7 @@ void streams_readiness(const std::string &mux)
     Pair pr = run_pair(name, s, c, 120000);
     expect_clean_exit(pr.server, name);
     expect_clean_exit(pr.client, name);
-    for (size_t i = 0; i < plan.size(); ++i) {
-        const Stream &e = plan[i];
-        std::string what = name + " [" + describe_stream(e) + ", banner 1000]";
-        expect_rdma(pr.client, i, static_cast<int64_t>(e.c2s), static_cast<int64_t>(e.s2c + 1000), what);
-        expect_rdma(pr.server, i, static_cast<int64_t>(e.s2c + 1000), static_cast<int64_t>(e.c2s), what);
-    }
+    expect_plan_rdma(pr, plan, name, 1000);
 }
 
 // Many short connections, one after the other: set-up and teardown of queue pairs and
