@@ -539,12 +539,16 @@ unsigned Conn::poll_mask(int) noexcept
     if (reset_ || failed_)
         return POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP;
     unsigned m = 0;
-    if (readable_locked())
-        m |= POLLIN;
-    if (side_ == Side::client && !prefix_known_) {
-        pollfd pf{tcp_fd_, POLLIN, 0};
-        if (RS_REAL(poll)(&pf, 1, 0) > 0 && (pf.revents & POLLIN))
+    if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0)) {
+        // The server's bytes from before its switch come first, from the TCP socket:
+        // readable at its EOF, or once SO_RCVLOWAT bytes are there to read.
+        pollfd pf{tcp_fd_, POLLIN | POLLRDHUP, 0};
+        const bool tcp_eof = RS_REAL(poll)(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+        const uint64_t n = tcp_prefix_bytes_locked() + (prefix_known_ ? rx_prod_ - rx_cons_ : 0);
+        if (tcp_eof || shut_rd_ || n >= static_cast<uint64_t>(rcvlowat_.load(std::memory_order_relaxed)))
             m |= POLLIN;
+    } else if (readable_locked()) {
+        m |= POLLIN;
     }
     if (writable_locked())
         m |= POLLOUT;
@@ -1166,18 +1170,22 @@ int Conn::shutdown(int fd, int how) noexcept
     return 0;
 }
 
+uint64_t Conn::tcp_prefix_bytes_locked() const noexcept
+{
+    if (side_ != Side::client || (prefix_known_ && prefix_left_ == 0))
+        return 0;
+    int tcp = 0;
+    if (RS_REAL(ioctl)(tcp_fd_, FIONREAD, &tcp) != 0 || tcp <= 0)
+        return 0;
+    return prefix_known_ && static_cast<uint64_t>(tcp) > prefix_left_ ? prefix_left_ : static_cast<uint64_t>(tcp);
+}
+
 int Conn::bytes_readable() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
     poll_cq_locked();
-    uint64_t n = rx_prod_ - rx_cons_;
-    if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0)) {
-        // The server's bytes from before its switch, still on the TCP socket, come first.
-        int tcp = 0;
-        if (RS_REAL(ioctl)(tcp_fd_, FIONREAD, &tcp) == 0 && tcp > 0)
-            n += prefix_known_ && static_cast<uint64_t>(tcp) > prefix_left_ ? prefix_left_
-                                                                            : static_cast<uint64_t>(tcp);
-    }
+    // The server's bytes from before its switch, still on the TCP socket, come first.
+    uint64_t n = rx_prod_ - rx_cons_ + tcp_prefix_bytes_locked();
     return n > INT_MAX ? INT_MAX : static_cast<int>(n);
 }
 

@@ -154,6 +154,9 @@ private:
     void handle_recv_locked(uint32_t imm) noexcept;
     void update_shadows_locked(bool force = false) noexcept;
     bool readable_locked() const noexcept;
+    // Client, before the PREFIX is consumed: the server's pre-switch bytes queued on the
+    // TCP socket (capped at what the PREFIX announced).
+    uint64_t tcp_prefix_bytes_locked() const noexcept;
     bool writable_locked() const noexcept;
     int post_write_locked(uint64_t off, const void *src, uint32_t len, uint32_t lkey,
                           bool with_imm, uint32_t imm, bool inline_data) noexcept;
