@@ -436,9 +436,10 @@ void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
     watch(*c);
     set_ack_timeout(p.id->get());
     if (rdma_accept(p.id->get(), &param) != 0) {
+        // (The client withdrew its request meanwhile.)  The connection goes on undecided.
         RS_DEBUG("rdma_accept: %s", strerror(errno));
         unwatch(*c);
-        conns.erase(c.get());
+        c->abandon_rdma();
     }
 }
 
@@ -684,7 +685,9 @@ void Engine::finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop)
         return;
     ClientNeg n = std::move(it->second);
     clients.erase(it);
-    if (n.watched && !n.orphaned)  // (a closed socket's fd number may be another's now)
+    // On RDMA the TCP socket stays watched (liveness, urgent data); a closed socket's fd
+    // number may be another's now.
+    if (n.watched && !n.orphaned && r != Reason::none)
         unwatch_tcp(*n.conn);
     if (r == Reason::none) {
         RS_DEBUG("negotiation fd=%d: route %ld us, resources %ld us, connect %ld us", n.conn->tcp_fd(), n.t_route,
@@ -698,9 +701,11 @@ void Engine::finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop)
         RS_DEBUG("negotiation fd=%d: %s after %ld us", n.conn->tcp_fd(), reason_code(r), us_since(n.t0));
     if (!n.orphaned)
         n.conn->client_failed(r);
-    drop = std::move(n.id);  // destroyed once the event is acknowledged
-    if (n.conn->cm_id() != nullptr)
-        rdma_disconnect(n.conn->cm_id()->get());
+    // The id (the conn's reference included) is destroyed once the event is
+    // acknowledged: the peer's rdma_cm sees the request withdrawn.
+    if (auto own = n.conn->release_client_rdma())
+        n.id = std::move(own);
+    drop = std::move(n.id);
     // Remembered (so the next connections skip the probe) only what says something
     // about the peer host or port, and only about a connection that was really made.  A
     // server's DECLINE (rejected) is about one connection (it was closed, or not read

@@ -45,6 +45,31 @@ size_t iov_total(const msghdr *m) noexcept
     return t;
 }
 
+// recvmsg on the TCP socket into `m`'s buffers from `skip` bytes on, at most `limit`
+// bytes (what is left of the iovecs when limit is larger), as one call: MSG_PEEK sees
+// the stream from its start whatever the layout of the buffers.
+ssize_t tcp_recv_at(int fd, const msghdr *m, size_t skip, uint64_t limit, int flags) noexcept
+{
+    iovec v[64];
+    size_t i = 0, n = 0;
+    while (i < m->msg_iovlen && skip >= m->msg_iov[i].iov_len)
+        skip -= m->msg_iov[i++].iov_len;
+    for (; i < m->msg_iovlen && n < 64 && limit > 0; ++i) {
+        size_t len = m->msg_iov[i].iov_len - skip;
+        if (len > limit)
+            len = static_cast<size_t>(limit);
+        v[n++] = {static_cast<uint8_t *>(m->msg_iov[i].iov_base) + skip, len};
+        limit -= len;
+        skip = 0;
+    }
+    if (n == 0)
+        return 0;
+    msghdr sub{};
+    sub.msg_iov = v;
+    sub.msg_iovlen = n;
+    return RS_REAL(recvmsg)(fd, &sub, flags);
+}
+
 // Copy between a ring (with wrap) and an iovec array, starting `skip` bytes into the
 // iovecs.  `to_iov`: ring -> iovecs, else iovecs -> ring.
 void copy_ring_iov(uint8_t *ring, size_t size, uint64_t pos, const msghdr *m, size_t skip,
@@ -296,6 +321,15 @@ void Conn::client_failed(Reason why) noexcept
         phase_.store(Phase::tcp, std::memory_order_release);
         leave_pending_locked();
     }
+}
+
+std::shared_ptr<rdma::CmId> Conn::release_client_rdma() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (phase_.load() == Phase::rdma)
+        return {};
+    qp_.reset();
+    return std::move(id_);
 }
 
 void Conn::before_fork() noexcept
@@ -812,7 +846,8 @@ void Conn::note_closing() noexcept
     std::lock_guard<std::mutex> lk(mu_);
     if (side_ != Side::server || sock_ == nullptr)
         return;
-    if (phase_.load() == Phase::maybe) {
+    // (A connection that moved no byte stays pending: nothing was decided about it.)
+    if (phase_.load() == Phase::maybe && interested_.load() && (tcp_read_ > 0 || tcp_sent_ > 0)) {
         const Reason declined = declined_.load(std::memory_order_relaxed);
         sock_->reason.store(declined != Reason::none ? declined : Reason::peer_no_rdmasock, std::memory_order_relaxed);
     } else if (phase_.load() == Phase::verifying) {
@@ -878,20 +913,10 @@ ssize_t Conn::presw_recv_locked(msghdr *msg, size_t done, size_t total, uint64_t
 {
     const int fl = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
     ssize_t r;
-    if (done == 0 && limit >= total) {
+    if (done == 0 && limit >= total)
         r = RS_REAL(recvmsg)(tcp_fd_, msg, fl);
-    } else {
-        size_t i = 0, s = done;
-        while (i < msg->msg_iovlen && s >= msg->msg_iov[i].iov_len)
-            s -= msg->msg_iov[i++].iov_len;
-        if (i == msg->msg_iovlen)
-            return 0;
-        uint64_t want = msg->msg_iov[i].iov_len - s;
-        if (want > limit)
-            want = limit;
-        r = RS_REAL(recv)(tcp_fd_, static_cast<uint8_t *>(msg->msg_iov[i].iov_base) + s,
-                          static_cast<size_t>(want), fl);
-    }
+    else
+        r = tcp_recv_at(tcp_fd_, msg, done, limit, fl);
     if (r < 0)
         return -errno;
     if (r > 0 && !(flags & MSG_PEEK)) {
@@ -1137,14 +1162,11 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
         if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0)) {
             // Bytes the server sent on TCP before it switched come first, into the
             // program's buffer at `done` (MSG_WAITALL fills it across both sources).
-            size_t i = 0, s = done;
-            while (i < msg->msg_iovlen && s >= msg->msg_iov[i].iov_len)
-                s -= msg->msg_iov[i++].iov_len;
-            size_t want = i < msg->msg_iovlen ? msg->msg_iov[i].iov_len - s : 0;
+            size_t want = total - done;
             if (prefix_known_ && want > prefix_left_)
                 want = static_cast<size_t>(prefix_left_);
             int fl = MSG_DONTWAIT | (flags & MSG_PEEK);
-            ssize_t r = want ? RS_REAL(recv)(tcp_fd_, static_cast<uint8_t *>(msg->msg_iov[i].iov_base) + s, want, fl) : 0;
+            ssize_t r = want ? tcp_recv_at(tcp_fd_, msg, done, want, fl) : 0;
             int e = errno;
             if (r > 0) {
                 if (!peek) {

@@ -61,6 +61,10 @@ public:
     Reason client_established() noexcept;
     // Client: the negotiation ended without RDMA (the socket stays on TCP with `why`).
     void client_failed(Reason why) noexcept;
+    // Client, the negotiation over without RDMA: the queue pair goes, and the rdma_cm id
+    // is handed back (to be destroyed once its events are acknowledged): a server that
+    // accepts the request late finds no one there.
+    std::shared_ptr<rdma::CmId> release_client_rdma() noexcept;
     // Client, before fork(): a negotiation still running is given up (the child would
     // write to the TCP socket behind our count).
     void before_fork() noexcept;
