@@ -146,6 +146,8 @@ public:
     void accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept;
     // A client negotiation step (mu held); ends it (finish_client) on failure.
     void client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept;
+    // ROUTE_RESOLVED of a client negotiation (takes mu itself); false: not a client's.
+    bool client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept;
     void finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop) noexcept;
     int ep() const noexcept { return ep_; }
 
@@ -451,6 +453,10 @@ void Engine::handle(rdma_cm_event *ev) noexcept
     // only after the rdma_ack_cm_event below.
     std::shared_ptr<rdma::CmId> drop_after_ack;
     rdma_cm_id *destroy_after_ack = nullptr;
+    if (ev->event == RDMA_CM_EVENT_ROUTE_RESOLVED && client_route(ev, drop_after_ack)) {
+        rdma_ack_cm_event(ev);
+        return;
+    }
     {
         std::lock_guard<std::mutex> lk(mu);
         rdma_cm_id *id = ev->id;
@@ -719,6 +725,72 @@ void Engine::finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop)
         remember_locked(reinterpret_cast<sockaddr *>(&n.peer), r);
 }
 
+bool Engine::client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept
+{
+    // The queue pair and the registration take milliseconds: built without the engine's
+    // lock, which connect(), close() and accept() take (only this thread handles the
+    // id's events, and only it erases a negotiation).
+    auto *c = static_cast<Conn *>(ev->id->context);
+    std::shared_ptr<Conn> conn;
+    std::shared_ptr<rdma::CmId> id;
+    neg::Hello hello;
+    Clock::time_point t0;
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        auto it = clients.find(c);
+        if (it == clients.end())
+            return false;
+        conn = it->second.conn;
+        id = it->second.id;
+        hello = it->second.hello;
+        t0 = it->second.t0;
+        it->second.t_route = us_since(t0);
+    }
+    Reason r = conn->create_resources(id, ring_log2());
+    if (r == Reason::none)
+        r = conn->post_initial_receives();
+    const long t_res = us_since(t0);
+    uint8_t pd[neg::kHelloSize];
+    if (r == Reason::none) {
+        hello.ring = conn->local_ring();
+        neg::encode(hello, pd);
+        set_ack_timeout(id->get());
+    }
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = clients.find(c);
+    if (it == clients.end())
+        return true;
+    ClientNeg &n = it->second;
+    n.t_res = t_res;
+    n.hello = hello;
+    if (r == Reason::none) {
+        rdma_conn_param param{};
+        param.private_data = pd;
+        param.private_data_len = sizeof pd;
+        param.retry_count = 7;
+        param.rnr_retry_count = 7;
+        if (!n.orphaned) {
+            watch(*c);  // liveness, and the CONFIRM's POLLOUT
+            n.watched = true;
+        }
+        n.connecting = true;
+        if (rdma_connect(id->get(), &param) != 0) {
+            r = Reason::rejected;
+        } else {
+            // A server parks a request until its program reads the connection, and
+            // answers within 2 x probe timeout + 100 ms (declining it then): wait longer
+            // than that, so a late answer is never an accepted connection we gave up on.
+            // Nothing waits for this: the program uses the TCP connection meanwhile.  A
+            // connect() that waits (RDMASOCK_CONNECT_WAIT) is bounded by the probe timeout.
+            const int tmo = static_cast<int>(rt::config().probe_timeout_ms);
+            n.deadline = Clock::now() + Ms(n.wait ? tmo : 2 * tmo + 1000);
+        }
+    }
+    if (r != Reason::none)
+        finish_client(c, r, drop);
+    return true;
+}
+
 void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept
 {
     // mu held.
@@ -731,40 +803,6 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
             r = Reason::no_route;
         n.deadline = Clock::now() + Ms(2 * tmo + 100);
         break;
-    case RDMA_CM_EVENT_ROUTE_RESOLVED: {
-        n.t_route = us_since(n.t0);
-        r = c->create_resources(n.id, ring_log2());
-        if (r == Reason::none)
-            r = c->post_initial_receives();
-        n.t_res = us_since(n.t0);
-        if (r != Reason::none)
-            break;
-        n.hello.ring = c->local_ring();
-        uint8_t pd[neg::kHelloSize];
-        neg::encode(n.hello, pd);
-        rdma_conn_param param{};
-        param.private_data = pd;
-        param.private_data_len = sizeof pd;
-        param.retry_count = 7;
-        param.rnr_retry_count = 7;
-        if (!n.orphaned) {
-            watch(*c);  // liveness, and the CONFIRM's POLLOUT
-            n.watched = true;
-        }
-        n.connecting = true;
-        set_ack_timeout(n.id->get());
-        if (rdma_connect(n.id->get(), &param) != 0) {
-            r = Reason::rejected;
-            break;
-        }
-        // A server parks a request until its program reads the connection, and answers
-        // within 2 x probe timeout + 100 ms (declining it then): wait longer than that,
-        // so a late answer is never an accepted connection we gave up on.  Nothing
-        // waits for this: the program uses the TCP connection meanwhile.  A connect()
-        // that waits (RDMASOCK_CONNECT_WAIT) is bounded by the probe timeout.
-        n.deadline = Clock::now() + Ms(n.wait ? tmo : 2 * tmo + 1000);
-        break;
-    }
     case RDMA_CM_EVENT_ESTABLISHED: {
         neg::Accept a;
         const void *pd = ev->param.conn.private_data;
