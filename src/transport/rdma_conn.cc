@@ -805,15 +805,25 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
     // not have to go through the progress thread (whichever reads the event first
     // handles it; both re-arm and re-poll, so none is lost).
     pollfd p[3] = {{efd, events, 0}, {have_cq ? comp_fd() : -1, POLLIN, 0}, {tcp_fd_, POLLIN, 0}};
-    sig::clear_last();
+    // A handler that ran since the call began (between two waits, outside any poll)
+    // interrupts it as the kernel's signal_pending check before sleeping would.
+    if (int sl = sig::last()) {
+        sig::clear_last();
+        lk.lock();
+        --waiters_;
+        return sig::restart_after(sl, has_timeout) ? 0 : -EINTR;
+    }
     int r = RS_REAL(poll)(p, tcp_too ? 3 : 2, tmo);
     int e = errno;
     lk.lock();
     --waiters_;
     if (r == 0)
         return sliced ? 0 : -EAGAIN;  // a slice ended: the caller looks again
-    if (r < 0 && e == EINTR)
-        return sig::restart_after(sig::last(), has_timeout) ? 0 : -EINTR;
+    if (r < 0 && e == EINTR) {
+        const int sl = sig::last();
+        sig::clear_last();
+        return sig::restart_after(sl, has_timeout) ? 0 : -EINTR;
+    }
     if (r < 0)
         return -e;
     if (have_cq && (p[1].revents & POLLIN)) {
@@ -1084,6 +1094,7 @@ void Conn::maybe_credit_locked() noexcept
 
 ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
 {
+    sig::clear_last();  // a handler that runs from here on interrupts the call's waits
     std::unique_lock<std::mutex> lk(mu_);
     Deadline dl;
     bool lowat_gave_up = false;
@@ -1321,6 +1332,7 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
                 c->refresh_watch();
         }
     } watch_after;
+    sig::clear_last();  // a handler that runs from here on interrupts the call's waits
     std::unique_lock<std::mutex> lk(mu_);
     Deadline dl;
     const size_t total = iov_total(msg);
@@ -1368,12 +1380,23 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
                 tmo = 50;
             lk.unlock();
             pollfd pf[2] = {{tcp_fd_, POLLOUT, 0}, {rd_efd_, POLLIN, 0}};
-            sig::clear_last();
-            int pr = RS_REAL(poll)(pf, 2, tmo);
+            int pr;
+            if (sig::last() != 0) {  // a handler ran since the call began
+                pr = -1;
+                errno = EINTR;
+            } else {
+                pr = RS_REAL(poll)(pf, 2, tmo);
+            }
             int e = errno;
             lk.lock();
-            if (pr < 0 && !(e == EINTR && sig::restart_after(sig::last(), has_timeout)))
+            if (pr < 0 && e == EINTR) {
+                const int sl = sig::last();
+                sig::clear_last();
+                if (!sig::restart_after(sl, has_timeout))
+                    return -EINTR;
+            } else if (pr < 0) {
                 return -e;
+            }
             continue;
         }
         poll_cq_locked();

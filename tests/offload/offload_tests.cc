@@ -1437,13 +1437,17 @@ struct ProgRun {
     std::vector<std::string> log_problems;
 };
 
-Env prog_env(const std::string &log)
+// wait: RDMASOCK_CONNECT_WAIT=1, every connection on RDMA from its first byte (the
+// programs' short runs would otherwise end on TCP before their switch; the asynchronous
+// mode has its own run, long enough to switch mid-stream).
+Env prog_env(const std::string &log, bool wait = true)
 {
     Env env = base_env();
     set_var(env, "LD_PRELOAD", cfg.lib);
     set_var(env, "RDMASOCK_LOG_LEVEL", cfg.log_level);
     set_var(env, "RDMASOCK_LOG_FILE", log);
     set_var(env, "RDMASOCK_PROBE_TIMEOUT_MS", "3000");
+    set_var(env, "RDMASOCK_CONNECT_WAIT", wait ? "1" : "0");
     return env;
 }
 
@@ -1485,7 +1489,8 @@ bool wait_listener(int port, int timeout_ms)
     return false;
 }
 
-void program_iperf3(const std::string &variant, const std::vector<std::string> &flags, int streams)
+void program_iperf3(const std::string &variant, const std::vector<std::string> &flags, int streams,
+                    bool async = false)
 {
     const std::string name = "programs/iperf3_" + variant;
     TempDir dir;
@@ -1494,14 +1499,14 @@ void program_iperf3(const std::string &variant, const std::vector<std::string> &
     ProgRun sr, cr;
     sr.name = "iperf3 server";
     cr.name = "iperf3 client " + variant;
-    Proc sp({"iperf3", "-s", "-1", "-B", cfg.addr, "-p", std::to_string(port)}, prog_env(dir / "s.log"),
+    Proc sp({"iperf3", "-s", "-1", "-B", cfg.addr, "-p", std::to_string(port)}, prog_env(dir / "s.log", !async),
             dir / "s.err", dir / "s.out");
     bool listening = wait_listener(port, 20000);
     BOOST_CHECK_MESSAGE(listening, name << ": the iperf3 server has no TCP and RDMA listener on port " << port);
-    std::vector<std::string> argv = {"iperf3", "-c", cfg.addr, "-p", std::to_string(port), "-n", "20M", "-J"};
+    std::vector<std::string> argv = {"iperf3", "-c", cfg.addr, "-p", std::to_string(port), "-n", async ? "200M" : "20M", "-J"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     double t0 = now_ms();
-    Proc cp(argv, prog_env(dir / "c.log"), dir / "c.err", dir / "c.out");
+    Proc cp(argv, prog_env(dir / "c.log", !async), dir / "c.err", dir / "c.out");
     bool c_ok = cp.wait(120000);
     if (!c_ok)
         cp.kill_all();
@@ -1801,6 +1806,8 @@ bool init_tests()
     add(prog, "iperf3_reverse", [] { program_iperf3("reverse", {"-R"}, 1); });
     add(prog, "iperf3_parallel4", [] { program_iperf3("parallel4", {"-P", "4"}, 4); });
     add(prog, "iperf3_bidir", [] { program_iperf3("bidir", {"--bidir"}, 2); });
+    // The default, asynchronous switch: 200 MB, the data connection switches mid-stream.
+    add(prog, "iperf3_async", [] { program_iperf3("async", {}, 1, true); });
     for (std::string mux : {"default", "poll", "select"})
         for (std::string kind : {"pp", "tp"})
             add(prog, "sockperf_" + kind + "_" + mux, [kind, mux] { program_sockperf(kind, mux); });
