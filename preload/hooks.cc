@@ -323,6 +323,13 @@ int connect(int fd, const sockaddr *addr, socklen_t len) noexcept
     s->reason.store(rt::default_reason(), std::memory_order_relaxed);
     if (rt::default_reason() != Reason::pending)
         return r;  // no device, or disabled: nothing to negotiate
+    if (!rt::config().connect_wait) {
+        // The default: connect() is the kernel's; RDMA is negotiated in the background
+        // while the program uses the TCP connection (its bytes are counted), and the
+        // connection switches once both ends are ready.
+        offload::client_negotiate(fd, *s, false);
+        return r;
+    }
     bool connected = r == 0;
     if (!connected) {
         // Nonblocking connect: give the handshake up to the probe timeout, so the
@@ -340,7 +347,7 @@ int connect(int fd, const sockaddr *addr, socklen_t len) noexcept
             s->reason.store(Reason::not_connected, std::memory_order_relaxed);
     }
     if (connected)
-        offload::client_negotiate(fd, *s);
+        offload::client_negotiate(fd, *s, true);
     return r;
 }
 
@@ -770,6 +777,15 @@ int epoll_pwait2(int epfd, epoll_event *ev, int maxev, const timespec *tmo,
 
 pid_t fork() noexcept
 {
+    if (rt::g_pending.load(std::memory_order_relaxed) != 0) {
+        // A client negotiating in the background counts its TCP bytes; the child would
+        // write behind that count: such connections stay on TCP.
+        ErrnoGuard g;
+        fdt::for_each([](int, const SocketRef &s) {
+            if (s->transport != nullptr)
+                static_cast<Conn *>(s->transport)->before_fork();
+        });
+    }
     pid_t r = RS_REAL(fork)();
     if (r == 0) {
         ErrnoGuard g;

@@ -11,7 +11,7 @@
 
 namespace rdmasock::neg {
 
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;  // 2: asynchronous switch (SWITCH, CONFIRM at its offset)
 constexpr size_t kHelloSize = 56;
 constexpr size_t kAcceptSize = 36;
 constexpr size_t kDeclineSize = 8;
@@ -59,13 +59,13 @@ bool is_decline(const void *data, size_t len) noexcept;
 // (none, pending...) are mapped to `rejected`.
 Reason decode_decline(const void *data, size_t len) noexcept;
 
-// CONFIRM detection on the first bytes of a server's TCP stream.
+// CONFIRM detection in a server's TCP stream, at the offset the client's SWITCH named.
 enum class ConfirmMatch { no, partial, yes };
 // `got` bytes are available; a prefix of a valid frame is `partial`.
 ConfirmMatch match_confirm(const uint8_t *data, size_t got, const Nonce *expected) noexcept;
 
 // Immediate data of ring messages: type (3 bits) | value (29 bits).
-enum class Imm : uint32_t { data = 0, credit = 1, fin = 2, reset = 3, prefix = 4 };
+enum class Imm : uint32_t { data = 0, credit = 1, fin = 2, reset = 3, prefix = 4, switch_at = 5 };
 constexpr uint32_t kImmValueMask = (1u << 29) - 1;
 // FIN's value: 0 after shutdown(SHUT_WR) (the sender still reads), kFinClosed after
 // close() (it reads nothing more).

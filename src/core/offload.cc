@@ -76,15 +76,25 @@ Key make_key(const sockaddr *client, const sockaddr *server) noexcept
 // Tag in epoll data: pointer | kind.
 enum Kind : uint64_t { kCm = 1, kCmd = 2, kComp = 3, kTcp = 0 };
 
-// The client's view of one negotiation in flight.
-struct Attempt {
-    std::mutex mu;
-    std::condition_variable cv;
-    rdma_cm_event_type event = RDMA_CM_EVENT_ADDR_ERROR;
-    int status = 0;
-    bool fired = false;
-    uint8_t pdata[64] = {};
-    size_t plen = 0;
+// A client negotiation in flight, driven by rdma_cm events on the progress thread
+// while the program already uses the TCP connection.
+struct ClientNeg {
+    std::shared_ptr<Conn> conn;
+    std::shared_ptr<rdma::CmId> id;
+    sockaddr_storage local{};
+    sockaddr_storage peer{};
+    neg::Hello hello;
+    Clock::time_point t0{};
+    Clock::time_point deadline{};  // of the current step
+    long t_route = 0, t_res = 0;   // microseconds since t0 (debug log)
+    bool connecting = false;       // rdma_connect sent
+    bool wait = false;             // connect() waits for the outcome (RDMASOCK_CONNECT_WAIT)
+    // The program closed the socket first (reason closed_early): the negotiation runs on
+    // only so that its outcome about the peer is cached; tcp_ok: the TCP connection had
+    // been made (a refused connect says nothing about RDMA).
+    bool orphaned = false;
+    bool tcp_ok = false;
+    bool watched = false;  // the progress thread watches the TCP socket
 };
 
 struct Parked {  // a connection request no accept() has claimed yet
@@ -106,7 +116,7 @@ public:
 
     std::mutex mu;  // guards everything below
     std::map<Conn *, std::shared_ptr<Conn>> conns;   // live connections with an id
-    std::map<Conn *, Attempt *> attempts;            // client negotiations in flight
+    std::map<Conn *, ClientNeg> clients;             // client negotiations in flight
     std::map<Key, std::shared_ptr<Conn>> maybe;      // accepted, not decided
     std::map<Conn *, Key> keys;                      // the 4-tuple of each `maybe` entry
     std::map<Key, Parked> parked;                    // requests, not accepted yet
@@ -134,6 +144,12 @@ public:
         (void)r;
     }
     void accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept;
+    // A client negotiation step (mu held); ends it (finish_client) on failure.
+    void client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept;
+    // ROUTE_RESOLVED of a client negotiation (takes mu itself); false: not a client's.
+    bool client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept;
+    void finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop) noexcept;
+    int ep() const noexcept { return ep_; }
 
 private:
     void loop() noexcept;
@@ -341,6 +357,18 @@ int Engine::timers() noexcept
         for (auto &kv : conns)
             if (kv.second->on_timer(now))  // a grace period is running: check again soon
                 next = std::min(next, now + Ms(10));
+        std::vector<Conn *> late;
+        for (auto &kv : clients) {
+            if (now >= kv.second.deadline)
+                late.push_back(kv.first);
+            else
+                next = std::min(next, kv.second.deadline);
+        }
+        for (Conn *c : late) {
+            std::shared_ptr<rdma::CmId> drop;
+            finish_client(c, Reason::timeout, drop);
+            expired.push_back(std::move(drop));
+        }
     }
     // Destruction (rdma_destroy_id, dereg) outside the lock.
     for (auto &c : drop)
@@ -390,7 +418,11 @@ void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
         RS_DEBUG("declined an RDMA request: %s", reason_code(r));
         return;
     }
-    c->set_nonce(p.hello.nonce);
+    // From here the connection's TCP bytes are delivered only up to the client's SWITCH.
+    if (!c->begin_verify(p.hello.nonce)) {
+        reject(p.id->get(), Reason::rejected);
+        return;
+    }
     p.id->get()->context = c.get();
     neg::Accept a;
     a.ring = c->local_ring();
@@ -406,9 +438,10 @@ void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
     watch(*c);
     set_ack_timeout(p.id->get());
     if (rdma_accept(p.id->get(), &param) != 0) {
+        // (The client withdrew its request meanwhile.)  The connection goes on undecided.
         RS_DEBUG("rdma_accept: %s", strerror(errno));
         unwatch(*c);
-        conns.erase(c.get());
+        c->abandon_rdma();
     }
 }
 
@@ -420,6 +453,10 @@ void Engine::handle(rdma_cm_event *ev) noexcept
     // only after the rdma_ack_cm_event below.
     std::shared_ptr<rdma::CmId> drop_after_ack;
     rdma_cm_id *destroy_after_ack = nullptr;
+    if (ev->event == RDMA_CM_EVENT_ROUTE_RESOLVED && client_route(ev, drop_after_ack)) {
+        rdma_ack_cm_event(ev);
+        return;
+    }
     {
         std::lock_guard<std::mutex> lk(mu);
         rdma_cm_id *id = ev->id;
@@ -488,51 +525,23 @@ void Engine::handle(rdma_cm_event *ev) noexcept
             }
             break;
         }
-        case RDMA_CM_EVENT_ESTABLISHED:
-            if (c != nullptr) {
-                auto at = attempts.find(c);
-                if (at != attempts.end()) {
-                    Attempt *a = at->second;
-                    std::lock_guard<std::mutex> al(a->mu);
-                    a->event = ev->event;
-                    a->plen = ev->param.conn.private_data_len < sizeof a->pdata
-                                  ? ev->param.conn.private_data_len
-                                  : sizeof a->pdata;
-                    if (ev->param.conn.private_data)
-                        memcpy(a->pdata, ev->param.conn.private_data, a->plen);
-                    a->fired = true;
-                    a->cv.notify_all();
-                } else if (c->side() == Conn::Side::server) {
-                    c->server_established();
-                }
-            }
-            break;
         case RDMA_CM_EVENT_ADDR_RESOLVED:
         case RDMA_CM_EVENT_ROUTE_RESOLVED:
+        case RDMA_CM_EVENT_ESTABLISHED:
         case RDMA_CM_EVENT_ADDR_ERROR:
         case RDMA_CM_EVENT_ROUTE_ERROR:
         case RDMA_CM_EVENT_REJECTED:
         case RDMA_CM_EVENT_UNREACHABLE:
         case RDMA_CM_EVENT_CONNECT_ERROR:
-            if (c != nullptr) {
-                auto at = attempts.find(c);
-                if (at != attempts.end()) {
-                    Attempt *a = at->second;
-                    std::lock_guard<std::mutex> al(a->mu);
-                    a->event = ev->event;
-                    a->status = ev->status;
-                    a->plen = 0;
-                    if (ev->event == RDMA_CM_EVENT_REJECTED && ev->param.conn.private_data) {
-                        a->plen = ev->param.conn.private_data_len < sizeof a->pdata
-                                      ? ev->param.conn.private_data_len
-                                      : sizeof a->pdata;
-                        memcpy(a->pdata, ev->param.conn.private_data, a->plen);
-                    }
-                    a->fired = true;
-                    a->cv.notify_all();
-                } else if (conns.count(c)) {
-                    c->abandon_rdma();
-                }
+            if (c == nullptr)
+                break;
+            if (auto cit = clients.find(c); cit != clients.end()) {
+                client_event(cit->second, ev, drop_after_ack);
+            } else if (ev->event == RDMA_CM_EVENT_ESTABLISHED) {
+                if (c->side() == Conn::Side::server)
+                    c->server_established();
+            } else if (conns.count(c)) {
+                c->abandon_rdma();
             }
             break;
         case RDMA_CM_EVENT_DISCONNECTED:
@@ -591,13 +600,12 @@ Reason cached(const sockaddr *peer) noexcept
 // except a timeout from a host that negotiated RDMA within the cache period (a lost or
 // slow answer from an rdmasock host, not a host without RDMA: caching it would keep
 // every connection to that host on TCP).
-void remember(const sockaddr *peer, Reason r) noexcept
+void remember_locked(const sockaddr *peer, Reason r) noexcept
 {
     if (rt::config().neg_cache_ms <= 0 || g_engine == nullptr)
         return;
     auto host = cache_key(peer, false);
     auto now = Clock::now();
-    std::lock_guard<std::mutex> lk(g_engine->mu);
     if (r == Reason::none) {
         g_engine->positive[host] = now;
         g_engine->negative.erase(host);
@@ -637,232 +645,306 @@ unsigned ring_log2() noexcept
     return l;
 }
 
-// Wait for the next rdma_cm event of an attempt, until `deadline`.
-bool wait_event(Attempt &a, Clock::time_point deadline) noexcept
+bool loopback(const sockaddr_storage &a) noexcept
 {
-    std::unique_lock<std::mutex> lk(a.mu);
-    while (!a.fired)
-        if (a.cv.wait_until(lk, deadline) == std::cv_status::timeout)
-            return a.fired;
-    return true;
+    if (a.ss_family == AF_INET)
+        return (ntohl(reinterpret_cast<const sockaddr_in *>(&a)->sin_addr.s_addr) >> 24) == 127;
+    const in6_addr &x = reinterpret_cast<const sockaddr_in6 *>(&a)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(&x) || (IN6_IS_ADDR_V4MAPPED(&x) && x.s6_addr[12] == 127);
 }
 
-Reason negotiate(int fd, Socket &s, std::shared_ptr<Conn> &out) noexcept
+long us_since(Clock::time_point t0) noexcept
 {
-    sockaddr_storage local{}, peer{};
-    socklen_t ll = sizeof local, pl = sizeof peer;
-    if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &ll) != 0 ||
-        RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&peer), &pl) != 0)
-        return Reason::not_connected;
-    // A loopback connection never leaves the host: no RDMA device carries it, and it is
-    // not worth a probe.
-    auto loopback = [](const sockaddr_storage &a) {
-        if (a.ss_family == AF_INET)
-            return (ntohl(reinterpret_cast<const sockaddr_in *>(&a)->sin_addr.s_addr) >> 24) == 127;
-        const in6_addr &x = reinterpret_cast<const sockaddr_in6 *>(&a)->sin6_addr;
-        return IN6_IS_ADDR_LOOPBACK(&x) || (IN6_IS_ADDR_V4MAPPED(&x) && x.s6_addr[12] == 127);
-    };
-    if (loopback(local))
+    return static_cast<long>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+}
+
+// The rdma_cm event that ended a step, as a reason.
+Reason failure_reason(const rdma_cm_event *ev) noexcept
+{
+    switch (ev->event) {
+    case RDMA_CM_EVENT_ADDR_ERROR:
         return Reason::not_rdma_addr;
-    Engine *e = engine();  // started only for a connection that may be offloaded
-    if (e == nullptr)
-        return Reason::resource;
-    if (Reason r = cached(reinterpret_cast<sockaddr *>(&peer)); r != Reason::none)
-        return r;
-    // The probe timeout bounds each wait for an answer from the network (address and
-    // route resolution, the peer's reply to the connect request): a peer without RDMA
-    // never answers.  Local work (creating the queue pair, registering the rings) is
-    // not a probe and is not counted.
-    const auto t0 = Clock::now();
-    const Ms probe(rt::config().probe_timeout_ms);
-    auto us = [&t0] {
-        return static_cast<long>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
-    };
-
-    auto conn = std::make_shared<Conn>(Conn::Side::client, fd);
-    conn->set_self(conn);
-    conn->set_socket(&s);
-    Attempt attempt;
-    int err = 0;
-    auto id = rdma::CmId::create(e->channel(), conn.get(), RDMA_PS_TCP, &err);
-    if (!id)
-        return Reason::resource;
-    {
-        std::lock_guard<std::mutex> lk(e->mu);
-        e->attempts[conn.get()] = &attempt;
-    }
-    struct Unregister {
-        Engine *e;
-        Conn *c;
-        ~Unregister()
-        {
-            std::lock_guard<std::mutex> lk(e->mu);
-            e->attempts.erase(c);
-        }
-    } unregister{e, conn.get()};
-
-    auto step = [&](rdma_cm_event_type want) -> Reason {
-        if (!wait_event(attempt, Clock::now() + probe))
-            return Reason::timeout;
-        std::lock_guard<std::mutex> lk(attempt.mu);
-        attempt.fired = false;
-        if (attempt.event == want)
-            return Reason::none;
-        RS_DEBUG("negotiation fd=%d: waiting for %s, got %s (status %d)", fd, rdma_event_str(want),
-                 rdma_event_str(attempt.event), attempt.status);
-        switch (attempt.event) {
-        case RDMA_CM_EVENT_ADDR_ERROR:
-            return Reason::not_rdma_addr;
-        case RDMA_CM_EVENT_ROUTE_ERROR:
-            return Reason::no_route;
-        case RDMA_CM_EVENT_REJECTED:
-            // No DECLINE: rejected by rdma_cm itself (no RDMA listener on that port).
-            if (!neg::is_decline(attempt.pdata, attempt.plen))
-                return Reason::peer_no_rdmasock;
-            return neg::decode_decline(attempt.pdata, attempt.plen);
-        case RDMA_CM_EVENT_UNREACHABLE:
-            return Reason::timeout;
-        default:
-            return Reason::rejected;
-        }
-    };
-
-    // Peer port 0 is not meaningful for rdma_cm; use the TCP connection's addresses.
-    int tmo = static_cast<int>(rt::config().probe_timeout_ms);
-    sockaddr_storage src = local;
-    if (src.ss_family == AF_INET)
-        reinterpret_cast<sockaddr_in *>(&src)->sin_port = 0;
-    else
-        reinterpret_cast<sockaddr_in6 *>(&src)->sin6_port = 0;
-    if (rdma_resolve_addr(id->get(), reinterpret_cast<sockaddr *>(&src),
-                          reinterpret_cast<sockaddr *>(&peer), tmo) != 0)
-        return Reason::not_rdma_addr;
-    if (Reason r = step(RDMA_CM_EVENT_ADDR_RESOLVED); r != Reason::none)
-        return r;
-    if (rdma_resolve_route(id->get(), tmo) != 0)
+    case RDMA_CM_EVENT_ROUTE_ERROR:
         return Reason::no_route;
-    if (Reason r = step(RDMA_CM_EVENT_ROUTE_RESOLVED); r != Reason::none)
-        return r;
-    long t_route = us();
-    if (Reason r = conn->create_resources(id, ring_log2()); r != Reason::none)
-        return r;
-    if (Reason r = conn->post_initial_receives(); r != Reason::none)
-        return r;
-    long t_res = us();
-
-    neg::Hello h;
-    h.family = local.ss_family == AF_INET6 &&
-                       !IN6_IS_ADDR_V4MAPPED(&reinterpret_cast<sockaddr_in6 *>(&local)->sin6_addr)
-                   ? AF_INET6
-                   : AF_INET;
-    if (getrandom(h.nonce.b, sizeof h.nonce.b, 0) != sizeof h.nonce.b)
-        return Reason::resource;
-    if (local.ss_family == AF_INET) {
-        memcpy(&h.client_addr, &reinterpret_cast<sockaddr_in *>(&local)->sin_addr, 4);
-        h.client_port = ntohs(reinterpret_cast<sockaddr_in *>(&local)->sin_port);
-        h.server_port = ntohs(reinterpret_cast<sockaddr_in *>(&peer)->sin_port);
-    } else {
-        auto *l6 = reinterpret_cast<sockaddr_in6 *>(&local);
-        if (h.family == AF_INET)
-            memcpy(&h.client_addr, l6->sin6_addr.s6_addr + 12, 4);
-        else
-            h.client_addr = l6->sin6_addr;
-        h.client_port = ntohs(l6->sin6_port);
-        h.server_port = ntohs(reinterpret_cast<sockaddr_in6 *>(&peer)->sin6_port);
+    case RDMA_CM_EVENT_REJECTED: {
+        // No DECLINE: rejected by rdma_cm itself (no RDMA listener on that port).
+        const void *pd = ev->param.conn.private_data;
+        size_t len = pd ? ev->param.conn.private_data_len : 0;
+        if (!neg::is_decline(pd, len))
+            return Reason::peer_no_rdmasock;
+        return neg::decode_decline(pd, len);
     }
-    h.ring = conn->local_ring();
-    conn->set_nonce(h.nonce);
-    uint8_t pd[neg::kHelloSize];
-    neg::encode(h, pd);
-    rdma_conn_param param{};
-    param.private_data = pd;
-    param.private_data_len = sizeof pd;
-    param.retry_count = 7;
-    param.rnr_retry_count = 7;
-    {
-        std::lock_guard<std::mutex> lk(e->mu);
-        e->conns[conn.get()] = conn;
-        e->watch(*conn);
-    }
-    auto forget = [&] {
-        std::lock_guard<std::mutex> lk(e->mu);
-        e->unwatch(*conn);
-        e->conns.erase(conn.get());
-    };
-    set_ack_timeout(id->get());
-    if (rdma_connect(id->get(), &param) != 0) {
-        forget();
+    case RDMA_CM_EVENT_UNREACHABLE:
+        return Reason::timeout;
+    default:
         return Reason::rejected;
     }
-    if (Reason r = step(RDMA_CM_EVENT_ESTABLISHED); r != Reason::none) {
-        forget();
-        RS_DEBUG("negotiation fd=%d: route %ld us, resources %ld us, no answer after %ld us: %s", fd,
-                 t_route, t_res - t_route, us() - t_res, reason_code(r));
-        return r;
-    }
-    RS_DEBUG("negotiation fd=%d: route %ld us, resources %ld us, connect %ld us", fd, t_route,
-             t_res - t_route, us() - t_res);
-    neg::Accept a;
-    Reason r;
-    {
-        std::lock_guard<std::mutex> lk(attempt.mu);
-        r = neg::decode(attempt.pdata, attempt.plen, &a);
-    }
-    if (r == Reason::none && !(a.nonce == h.nonce))
-        r = Reason::bad_message;
-    if (r == Reason::none && a.ring.log2 > max_peer_ring_log2())
-        r = Reason::limit;
-    if (r == Reason::none)
-        r = conn->set_peer_ring(a.ring);
-    if (r != Reason::none) {
-        forget();
-        rdma_disconnect(id->get());
-        return r;
-    }
-    // The server runs rdmasock and accepted: only now may bytes go into the stream.
-    uint8_t confirm[neg::kConfirmSize];
-    neg::encode_confirm(h.nonce, confirm);
-    ssize_t w = RS_REAL(send)(fd, confirm, sizeof confirm, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w != static_cast<ssize_t>(sizeof confirm)) {
-        forget();
-        rdma_disconnect(id->get());
-        return Reason::resource;
-    }
-    conn->client_switched();
-    out = conn;
-    return Reason::none;
 }
 
 }  // namespace
 
-void client_negotiate(int fd, Socket &s) noexcept
+void Engine::finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop) noexcept
+{
+    // mu held.
+    auto it = clients.find(c);
+    if (it == clients.end())
+        return;
+    ClientNeg n = std::move(it->second);
+    clients.erase(it);
+    // On RDMA the TCP socket stays watched (liveness, urgent data); a closed socket's fd
+    // number may be another's now.
+    if (n.watched && !n.orphaned && r != Reason::none)
+        unwatch_tcp(*n.conn);
+    if (r == Reason::none) {
+        RS_DEBUG("negotiation fd=%d: route %ld us, resources %ld us, connect %ld us", n.conn->tcp_fd(), n.t_route,
+                 n.t_res - n.t_route, us_since(n.t0) - n.t_res);
+        return;
+    }
+    if (n.connecting)
+        RS_DEBUG("negotiation fd=%d: route %ld us, resources %ld us, no answer after %ld us: %s", n.conn->tcp_fd(),
+                 n.t_route, n.t_res - n.t_route, us_since(n.t0) - n.t_res, reason_code(r));
+    else
+        RS_DEBUG("negotiation fd=%d: %s after %ld us", n.conn->tcp_fd(), reason_code(r), us_since(n.t0));
+    if (!n.orphaned)
+        n.conn->client_failed(r);
+    // The id (the conn's reference included) is destroyed once the event is
+    // acknowledged: the peer's rdma_cm sees the request withdrawn.
+    if (auto own = n.conn->release_client_rdma())
+        n.id = std::move(own);
+    drop = std::move(n.id);
+    // Remembered (so the next connections skip the probe) only what says something
+    // about the peer host or port, and only about a connection that was really made.  A
+    // server's DECLINE (rejected) is about one connection (it was closed, or not read
+    // in time), not about the port.
+    if (!n.orphaned) {
+        sockaddr_storage pa{};
+        socklen_t pl = sizeof pa;
+        n.tcp_ok = RS_REAL(getpeername)(n.conn->tcp_fd(), reinterpret_cast<sockaddr *>(&pa), &pl) == 0;
+    }
+    if ((r == Reason::peer_no_rdmasock || r == Reason::timeout || r == Reason::peer_no_device) && n.tcp_ok)
+        remember_locked(reinterpret_cast<sockaddr *>(&n.peer), r);
+}
+
+bool Engine::client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept
+{
+    // The queue pair and the registration take milliseconds: built without the engine's
+    // lock, which connect(), close() and accept() take (only this thread handles the
+    // id's events, and only it erases a negotiation).
+    auto *c = static_cast<Conn *>(ev->id->context);
+    std::shared_ptr<Conn> conn;
+    std::shared_ptr<rdma::CmId> id;
+    neg::Hello hello;
+    Clock::time_point t0;
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        auto it = clients.find(c);
+        if (it == clients.end())
+            return false;
+        conn = it->second.conn;
+        id = it->second.id;
+        hello = it->second.hello;
+        t0 = it->second.t0;
+        it->second.t_route = us_since(t0);
+    }
+    Reason r = conn->create_resources(id, ring_log2());
+    if (r == Reason::none)
+        r = conn->post_initial_receives();
+    const long t_res = us_since(t0);
+    uint8_t pd[neg::kHelloSize];
+    if (r == Reason::none) {
+        hello.ring = conn->local_ring();
+        neg::encode(hello, pd);
+        set_ack_timeout(id->get());
+    }
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = clients.find(c);
+    if (it == clients.end())
+        return true;
+    ClientNeg &n = it->second;
+    n.t_res = t_res;
+    n.hello = hello;
+    if (r == Reason::none) {
+        rdma_conn_param param{};
+        param.private_data = pd;
+        param.private_data_len = sizeof pd;
+        param.retry_count = 7;
+        param.rnr_retry_count = 7;
+        if (!n.orphaned) {
+            watch(*c);  // liveness, and the CONFIRM's POLLOUT
+            n.watched = true;
+        }
+        n.connecting = true;
+        if (rdma_connect(id->get(), &param) != 0) {
+            r = Reason::rejected;
+        } else {
+            // A server parks a request until its program reads the connection, and
+            // answers within 2 x probe timeout + 100 ms (declining it then): wait longer
+            // than that, so a late answer is never an accepted connection we gave up on.
+            // Nothing waits for this: the program uses the TCP connection meanwhile.  A
+            // connect() that waits (RDMASOCK_CONNECT_WAIT) is bounded by the probe timeout.
+            const int tmo = static_cast<int>(rt::config().probe_timeout_ms);
+            n.deadline = Clock::now() + Ms(n.wait ? tmo : 2 * tmo + 1000);
+        }
+    }
+    if (r != Reason::none)
+        finish_client(c, r, drop);
+    return true;
+}
+
+void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept
+{
+    // mu held.
+    Conn *c = n.conn.get();
+    const int tmo = static_cast<int>(rt::config().probe_timeout_ms);
+    Reason r = Reason::none;
+    switch (ev->event) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+        if (rdma_resolve_route(n.id->get(), tmo) != 0)
+            r = Reason::no_route;
+        n.deadline = Clock::now() + Ms(2 * tmo + 100);
+        break;
+    case RDMA_CM_EVENT_ESTABLISHED: {
+        neg::Accept a;
+        const void *pd = ev->param.conn.private_data;
+        r = neg::decode(pd, pd ? ev->param.conn.private_data_len : 0, &a);
+        if (r == Reason::none && !(a.nonce == n.hello.nonce))
+            r = Reason::bad_message;
+        if (r == Reason::none && a.ring.log2 > max_peer_ring_log2())
+            r = Reason::limit;
+        if (r == Reason::none)
+            r = c->set_peer_ring(a.ring);
+        // The server runs rdmasock and accepted: SWITCH, then (once it completed) the
+        // CONFIRM in the TCP stream.
+        if (r == Reason::none && n.orphaned) {
+            // The peer runs rdmasock: worth remembering; the connection itself is gone.
+            remember_locked(reinterpret_cast<sockaddr *>(&n.peer), Reason::none);
+            r = Reason::closed_early;
+        }
+        if (r == Reason::none)
+            r = c->client_established();
+        if (r == Reason::none) {
+            c->refresh_watch();  // the progress thread writes the CONFIRM at the SWITCH's completion
+            sockaddr_storage peer = n.peer;
+            finish_client(c, Reason::none, drop);
+            remember_locked(reinterpret_cast<sockaddr *>(&peer), Reason::none);
+            return;
+        }
+        break;
+    }
+    default:
+        RS_DEBUG("negotiation fd=%d: %s (status %d)", c->tcp_fd(), rdma_event_str(ev->event), ev->status);
+        r = failure_reason(ev);
+        break;
+    }
+    if (r != Reason::none)
+        finish_client(c, r, drop);
+}
+
+void client_negotiate(int fd, Socket &s, bool wait) noexcept
 {
     Reason base = rt::default_reason();
     if (base != Reason::pending) {  // no device, disabled
         s.reason.store(base, std::memory_order_relaxed);
         return;
     }
-    std::shared_ptr<Conn> conn;
-    Reason r;
-    try {
-        r = negotiate(fd, s, conn);
-    } catch (...) {
+    ClientNeg n;
+    socklen_t ll = sizeof n.local;
+    if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&n.local), &ll) != 0) {
+        s.reason.store(Reason::not_connected, std::memory_order_relaxed);
+        return;
+    }
+    memcpy(&n.peer, &s.peer, sizeof n.peer);
+    // A loopback connection never leaves the host: no RDMA device carries it, and it is
+    // not worth a probe.
+    Reason r = loopback(n.local) ? Reason::not_rdma_addr : Reason::none;
+    Engine *e = r == Reason::none ? engine() : nullptr;  // started only for a connection that may be offloaded
+    if (r == Reason::none && e == nullptr)
         r = Reason::resource;
+    if (r == Reason::none)
+        r = cached(reinterpret_cast<sockaddr *>(&n.peer));
+    std::shared_ptr<Conn> conn;
+    if (r == Reason::none) {
+        try {
+            conn = std::make_shared<Conn>(Conn::Side::client, fd);
+        } catch (...) {
+            r = Reason::resource;
+        }
+    }
+    int err = 0;
+    if (r == Reason::none) {
+        conn->set_self(conn);
+        conn->set_socket(&s);
+        n.id = rdma::CmId::create(e->channel(), conn.get(), RDMA_PS_TCP, &err);
+        if (!n.id)
+            r = Reason::resource;
+    }
+    neg::Hello &h = n.hello;
+    if (r == Reason::none) {
+        const auto &local = n.local;
+        const auto &peer = n.peer;
+        h.family = local.ss_family == AF_INET6 &&
+                           !IN6_IS_ADDR_V4MAPPED(&reinterpret_cast<const sockaddr_in6 *>(&local)->sin6_addr)
+                       ? AF_INET6
+                       : AF_INET;
+        if (getrandom(h.nonce.b, sizeof h.nonce.b, 0) != sizeof h.nonce.b)
+            r = Reason::resource;
+        if (local.ss_family == AF_INET) {
+            memcpy(&h.client_addr, &reinterpret_cast<const sockaddr_in *>(&local)->sin_addr, 4);
+            h.client_port = ntohs(reinterpret_cast<const sockaddr_in *>(&local)->sin_port);
+            h.server_port = ntohs(reinterpret_cast<const sockaddr_in *>(&peer)->sin_port);
+        } else {
+            auto *l6 = reinterpret_cast<const sockaddr_in6 *>(&local);
+            if (h.family == AF_INET)
+                memcpy(&h.client_addr, l6->sin6_addr.s6_addr + 12, 4);
+            else
+                h.client_addr = l6->sin6_addr;
+            h.client_port = ntohs(l6->sin6_port);
+            h.server_port = ntohs(reinterpret_cast<const sockaddr_in6 *>(&peer)->sin6_port);
+        }
+        conn->set_nonce(h.nonce);
     }
     if (r != Reason::none) {
         s.reason.store(r, std::memory_order_relaxed);
-        if (r == Reason::peer_no_rdmasock || r == Reason::timeout || r == Reason::rejected ||
-            r == Reason::peer_no_device)
-            remember(reinterpret_cast<sockaddr *>(&s.peer), r);
         RS_DEBUG("connect fd=%d stays on TCP: %s", fd, reason_code(r));
         return;
     }
+    // From here the socket takes the hooked path (its TCP bytes are counted) until the
+    // negotiation ends, on the progress thread.
     s.transport = conn.get();
-    s.reason.store(Reason::none, std::memory_order_relaxed);
+    s.reason.store(Reason::pending, std::memory_order_relaxed);
+    conn->enter_pending();
     s.set_offloaded(true);
-    rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
-    remember(reinterpret_cast<sockaddr *>(&s.peer), Reason::none);
-    RS_DEBUG("connect fd=%d is on RDMA", fd);
+    // Peer port 0 is not meaningful for rdma_cm; use the TCP connection's addresses.
+    sockaddr_storage src = n.local;
+    if (src.ss_family == AF_INET)
+        reinterpret_cast<sockaddr_in *>(&src)->sin_port = 0;
+    else
+        reinterpret_cast<sockaddr_in6 *>(&src)->sin6_port = 0;
+    const int tmo = static_cast<int>(rt::config().probe_timeout_ms);
+    n.conn = conn;
+    n.wait = wait;
+    n.t0 = Clock::now();
+    n.deadline = n.t0 + Ms(2 * tmo + 100);
+    rdma_cm_id *id = n.id->get();
+    {
+        std::shared_ptr<rdma::CmId> drop;  // destroyed after the lock is released
+        std::lock_guard<std::mutex> lk(e->mu);
+        e->conns.emplace(conn.get(), conn);
+        e->clients.emplace(conn.get(), std::move(n));
+        // Under the lock: the events it produces are handled once the entry exists.
+        if (rdma_resolve_addr(id, reinterpret_cast<sockaddr *>(&src), reinterpret_cast<sockaddr *>(&s.peer), tmo) != 0)
+            e->finish_client(conn.get(), Reason::not_rdma_addr, drop);
+        else
+            e->wake();  // the progress thread's next deadline
+    }
+    if (!wait)
+        return;
+    // RDMASOCK_CONNECT_WAIT: connect() returns once the connection is decided.
+    while (conn->phase() == Conn::Phase::maybe) {
+        pollfd p{conn->rd_fd(), POLLIN, 0};
+        RS_REAL(poll)(&p, 1, 5);
+    }
+    RS_DEBUG("connect fd=%d: %s", fd, conn->phase() == Conn::Phase::rdma ? "on RDMA" : "stays on TCP");
 }
 
 void on_listen(int fd, Socket &s) noexcept
@@ -995,6 +1077,20 @@ void on_close(int fd, Socket &s) noexcept
     if (s.transport == nullptr)
         return;
     auto *c = static_cast<Conn *>(s.transport);
+    if (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe && g_engine != nullptr) {
+        // Closed while negotiating: all its bytes went over TCP.  The negotiation runs on
+        // (without the socket) only to learn, for the cache, whether the peer has
+        // rdmasock: short connections must not each pay a probe.
+        c->client_failed(Reason::closed_early);
+        sockaddr_storage pa{};
+        socklen_t pl = sizeof pa;
+        const bool tcp_ok = RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&pa), &pl) == 0;
+        std::lock_guard<std::mutex> lk(g_engine->mu);
+        if (auto it = g_engine->clients.find(c); it != g_engine->clients.end()) {
+            it->second.orphaned = true;
+            it->second.tcp_ok = tcp_ok;
+        }
+    }
     // A server socket in verifying switches first (close_connection takes the CONFIRM).
     if (c->phase() == Conn::Phase::rdma ||
         (c->side() == Conn::Side::server && c->phase() == Conn::Phase::verifying)) {
@@ -1006,6 +1102,7 @@ void on_close(int fd, Socket &s) noexcept
     }
     if (g_engine != nullptr && c->side() == Conn::Side::server)
         forget_undecided(g_engine, *c);
+    c->note_closing();  // a server still undecided: no request came (or one was declined)
     // From here on the fd number may be reused: nothing may touch it through `c`.
     c->mark_closed();
     if (g_engine != nullptr) {
@@ -1064,22 +1161,28 @@ void after_fork_child() noexcept
     }
 }
 
-void progress_completions(Conn &c, bool on) noexcept
+void set_comp_watch(Conn &c, bool on) noexcept
 {
     Engine *e = g_engine;
     if (e == nullptr || !e->running())
         return;
     // No engine lock here: a connection's lock may be held (a switch to RDMA adds the
     // shadow registrations), and the engine's lock comes first.
-    if (on) {
+    if (on)
         e->watch_comp(c);
-    } else if (!c.coalescing_watched()) {  // the progress thread flushes coalesced writes
+    else
         e->unwatch_comp(c);
-        // The first coalesced write may have happened meanwhile: it sets the flag, then
-        // watches; whichever way the two interleave, the channel ends up watched.
-        if (c.coalescing_watched())
-            e->watch_comp(c);
-    }
+}
+
+void watch_tcp_out(Conn &c, bool on) noexcept
+{
+    Engine *e = g_engine;
+    if (e == nullptr || !e->running())
+        return;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLET | (on ? EPOLLOUT : 0u);
+    ev.data.u64 = reinterpret_cast<uint64_t>(&c) | kTcp;
+    RS_REAL(epoll_ctl)(e->ep(), EPOLL_CTL_MOD, c.tcp_fd(), &ev);
 }
 
 void clear_cache() noexcept

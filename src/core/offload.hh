@@ -14,9 +14,10 @@ class Conn;
 
 namespace rdmasock::offload {
 
-// connect() established the TCP connection `fd` (blocking, or nonblocking completed
-// within the probe timeout): negotiate RDMA, or record why not.
-void client_negotiate(int fd, Socket &s) noexcept;
+// connect() made (or, nonblocking, started) the TCP connection `fd`: start negotiating
+// RDMA in the background (the program uses the TCP connection meanwhile), or record
+// why not.  `wait` (RDMASOCK_CONNECT_WAIT): return only once it is decided.
+void client_negotiate(int fd, Socket &s, bool wait) noexcept;
 
 // listen() succeeded on a tracked socket: open the RDMA listener on the same address
 // and port, in the RDMA port space.
@@ -51,10 +52,14 @@ void at_exit() noexcept;
 // In a fork child: the parent's RDMA resources and thread are not ours.
 void after_fork_child() noexcept;
 
-// The progress thread starts (on) or stops (off) handling `c`'s completions: needed only
-// while epoll registrations wait on its shadow eventfds.  Level-triggered: an event that
-// arrived meanwhile is seen when it starts.
-void progress_completions(Conn &c, bool on) noexcept;
+// The progress thread starts (on) or stops (off) handling `c`'s completions
+// (Conn::refresh_watch decides).  Level-triggered: an event that arrived meanwhile is
+// seen when it starts.
+void set_comp_watch(Conn &c, bool on) noexcept;
+
+// The progress thread also watches (on) `c`'s TCP socket for POLLOUT: the rest of a
+// CONFIRM waits for room in the send buffer.
+void watch_tcp_out(Conn &c, bool on) noexcept;
 
 // Forget cached negative results (tests).
 void clear_cache() noexcept;

@@ -252,10 +252,20 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
             if (fds[i].revents)
                 ++ready;
         }
-        int tmo = ready ? 0 : ms_left(deadline, infinite);
+        // Sockets still deciding: a server holding TCP bytes back until the client's
+        // SWITCH is not readable (its TCP socket may be: those bytes are not ours to
+        // deliver yet); one that switched meanwhile starts over with its eventfds.
         bool deciding = false;
-        for (nfds_t i = 0; i < nfds; ++i)
-            deciding |= map[i].kind == 2;
+        for (nfds_t i = 0; i < nfds; ++i) {
+            if (map[i].kind != 2)
+                continue;
+            deciding = true;
+            int g = static_cast<Conn *>(map[i].s->transport)->presw_gated();
+            if (g < 0)
+                return poll_mixed(fds, nfds, ms_left(deadline, infinite), mask, use_mask);
+            k[map[i].first].events = g ? static_cast<short>(fds[i].events & ~POLLIN) : fds[i].events;
+        }
+        int tmo = ready ? 0 : ms_left(deadline, infinite);
         // A socket may switch to RDMA while we sleep: look again at least every 50 ms.
         if (deciding && (tmo < 0 || tmo > 50))
             tmo = 50;
@@ -292,12 +302,17 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
             if (map[i].kind == 1 && map[i].comp >= 0 && (k[static_cast<size_t>(map[i].comp)].revents & POLLIN))
                 static_cast<Conn *>(map[i].s->transport)->on_completion_event();
         for (nfds_t i = 0; i < nfds; ++i) {
-            if (map[i].kind == 2 &&
-                static_cast<Conn *>(map[i].s->transport)->phase() == Conn::Phase::rdma) {
-                // It switched: start over with its eventfds.
+            if (map[i].kind != 2)
+                continue;
+            // It switched, or its TCP input is (now) only the CONFIRM or bytes held back:
+            // start over with its eventfds, or it is not readable.
+            int g = (k[map[i].first].revents & POLLIN) ? static_cast<Conn *>(map[i].s->transport)->presw_gated() : 0;
+            if (g < 0 || static_cast<Conn *>(map[i].s->transport)->phase() == Conn::Phase::rdma) {
                 int left = ms_left(deadline, infinite);
                 return poll_mixed(fds, nfds, left, mask, use_mask);
             }
+            if (g > 0)
+                k[map[i].first].revents = static_cast<short>(k[map[i].first].revents & ~POLLIN);
         }
         for (nfds_t i = 0; i < nfds; ++i) {
             if (map[i].kind == 0 || map[i].kind == 2) {

@@ -45,6 +45,31 @@ size_t iov_total(const msghdr *m) noexcept
     return t;
 }
 
+// recvmsg on the TCP socket into `m`'s buffers from `skip` bytes on, at most `limit`
+// bytes (what is left of the iovecs when limit is larger), as one call: MSG_PEEK sees
+// the stream from its start whatever the layout of the buffers.
+ssize_t tcp_recv_at(int fd, const msghdr *m, size_t skip, uint64_t limit, int flags) noexcept
+{
+    iovec v[64];
+    size_t i = 0, n = 0;
+    while (i < m->msg_iovlen && skip >= m->msg_iov[i].iov_len)
+        skip -= m->msg_iov[i++].iov_len;
+    for (; i < m->msg_iovlen && n < 64 && limit > 0; ++i) {
+        size_t len = m->msg_iov[i].iov_len - skip;
+        if (len > limit)
+            len = static_cast<size_t>(limit);
+        v[n++] = {static_cast<uint8_t *>(m->msg_iov[i].iov_base) + skip, len};
+        limit -= len;
+        skip = 0;
+    }
+    if (n == 0)
+        return 0;
+    msghdr sub{};
+    sub.msg_iov = v;
+    sub.msg_iovlen = n;
+    return RS_REAL(recvmsg)(fd, &sub, flags);
+}
+
 // Copy between a ring (with wrap) and an iovec array, starting `skip` bytes into the
 // iovecs.  `to_iov`: ring -> iovecs, else iovecs -> ring.
 void copy_ring_iov(uint8_t *ring, size_t size, uint64_t pos, const msghdr *m, size_t skip,
@@ -102,7 +127,7 @@ void efd_drain(int fd) noexcept
 }  // namespace
 
 Conn::Conn(Side side, int tcp_fd) noexcept
-    : side_(side), tcp_fd_(tcp_fd), phase_(side == Side::server ? Phase::maybe : Phase::verifying)
+    : side_(side), tcp_fd_(tcp_fd), phase_(Phase::maybe)
 {
     rd_efd_ = util::move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     wr_efd_ = util::move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -248,22 +273,95 @@ int socket_rcvlowat(int fd) noexcept
 }
 }  // namespace
 
-void Conn::client_switched() noexcept
+Reason Conn::client_established() noexcept
 {
-    set_rcvlowat(socket_rcvlowat(tcp_fd_));
+    const int lowat = socket_rcvlowat(tcp_fd_);
     std::lock_guard<std::mutex> lk(mu_);
+    if (closed_ || phase_.load() != Phase::maybe)
+        return Reason::not_connected;
+    // SWITCH(n): the server delivers n TCP bytes, then expects the CONFIRM.  Signalled:
+    // the CONFIRM goes into the TCP stream only once the SWITCH has reached the server,
+    // so a server that has not seen it (and gives up) never finds a CONFIRM in its
+    // stream.
+    if (tcp_sent_ > neg::kImmValueMask) {
+        decide_tcp_locked(Reason::limit);
+        return Reason::limit;
+    }
+    unsignaled_ = kSignalEvery;
+    if (post_ctrl_locked(neg::Imm::switch_at, static_cast<uint32_t>(tcp_sent_)) != 0) {
+        decide_tcp_locked(Reason::resource);
+        return Reason::resource;
+    }
+    switch_wr_ = wr_posted_;
+    confirm_pending_.store(true);
+    set_rcvlowat(lowat);
     phase_.store(Phase::rdma, std::memory_order_release);
-    update_shadows_locked();
+    // Wake a poll/select sleeping on the pre-switch readiness (it starts over with the
+    // eventfds); the first update by a watcher drains it if not readable.
+    efd_write(rd_efd_, 1);
+    rd_set_ = true;
+    leave_pending_locked();
+    if (sock_ != nullptr)
+        sock_->reason.store(Reason::none, std::memory_order_relaxed);
+    rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
+    switch_epoll_locked();
+    RS_DEBUG("connection fd=%d: client switched to RDMA after %llu TCP bytes", tcp_fd_,
+             static_cast<unsigned long long>(tcp_sent_));
+    return Reason::none;
+}
+
+void Conn::client_failed(Reason why) noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (phase_.load() != Phase::maybe)
+        return;
+    if (!closed_) {
+        decide_tcp_locked(why);
+    } else {  // the fd number may be reused: touch nothing through it
+        phase_.store(Phase::tcp, std::memory_order_release);
+        leave_pending_locked();
+    }
+}
+
+std::shared_ptr<rdma::CmId> Conn::release_client_rdma() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (phase_.load() == Phase::rdma)
+        return {};
+    qp_.reset();
+    return std::move(id_);
+}
+
+void Conn::before_fork() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (side_ == Side::client && phase_.load() == Phase::maybe && !closed_)
+        decide_tcp_locked(Reason::forked);
+}
+
+bool Conn::begin_verify(const neg::Nonce &n) noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closed_ || phase_.load() != Phase::maybe)
+        return false;
+    nonce_ = n;
+    switch_known_ = false;
+    // From here on no TCP byte is delivered beyond what the SWITCH will name; a peer
+    // that never sends it (a third party that knew the 4-tuple) holds the stream only
+    // this long.
+    gate_deadline_ = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(2 * rt::config().probe_timeout_ms + 1000);
+    phase_.store(Phase::verifying, std::memory_order_release);
+    // The progress thread takes the SWITCH in as it arrives and wakes whoever waits.
+    verify_watch_.store(true);
+    refresh_watch();
+    return true;
 }
 
 void Conn::server_established() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
-    if (phase_.load() == Phase::maybe)
-        phase_.store(Phase::verifying, std::memory_order_release);
-    efd_write(rd_efd_, 1);  // wake waiters: the CONFIRM can now be matched
-    if (phase_.load() == Phase::verifying)
-        try_confirm_locked();  // it may have arrived already
+    efd_write(rd_efd_, 1);  // wake waiters: the SWITCH can now arrive
 }
 
 void Conn::abandon_rdma() noexcept
@@ -271,8 +369,15 @@ void Conn::abandon_rdma() noexcept
     std::lock_guard<std::mutex> lk(mu_);
     Phase p = phase_.load();
     if (p == Phase::verifying && side_ == Side::server) {
-        phase_.store(Phase::maybe, std::memory_order_release);
-        efd_write(rd_efd_, 1);
+        // Whatever arrived before the end counts: a SWITCH that completed at the client
+        // may have a CONFIRM behind it in the TCP stream.
+        poll_cq_locked();
+        if (!switch_known_) {
+            phase_.store(Phase::maybe, std::memory_order_release);
+            efd_write(rd_efd_, 1);
+            if (verify_watch_.exchange(false))
+                refresh_watch();
+        }
     } else if (p == Phase::rdma && !peer_fin_) {
         reset_ = true;
         update_shadows_locked(true);
@@ -347,6 +452,60 @@ void Conn::poll_cq_locked() noexcept
     (void)consumed;
     if (tx_posted_ != tx_prod_ && last_signaled_ <= wr_completed_)
         flush_locked();  // what the coalesced writes were waiting for has completed
+    if (confirm_pending_.load(std::memory_order_relaxed))
+        push_confirm_locked();
+}
+
+void Conn::push_confirm_locked() noexcept
+{
+    if (failed_ || reset_ || closed_) {
+        // The SWITCH failed (the connection is reset) or the fd is gone.
+        confirm_pending_.store(false);
+        refresh_watch();
+        return;
+    }
+    if (wr_completed_ < switch_wr_)
+        return;  // the SWITCH has not reached the server yet
+    uint8_t c[neg::kConfirmSize];
+    neg::encode_confirm(nonce_, c);
+    while (confirm_done_ < sizeof c) {
+        ssize_t w = RS_REAL(send)(tcp_fd_, c + confirm_done_, sizeof c - confirm_done_, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            confirm_done_ += static_cast<unsigned>(w);
+            continue;
+        }
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            // The TCP send buffer is full of the bytes before the switch: the progress
+            // thread writes the rest when it drains.
+            if (!confirm_out_watch_) {
+                confirm_out_watch_ = true;
+                offload::watch_tcp_out(*this, true);
+            }
+            return;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        fail("cannot write the CONFIRM");
+        confirm_pending_.store(false);
+        refresh_watch();
+        return;
+    }
+    confirm_pending_.store(false);
+    if (confirm_out_watch_) {
+        confirm_out_watch_ = false;
+        offload::watch_tcp_out(*this, false);
+    }
+    refresh_watch();
+}
+
+void Conn::refresh_watch() noexcept
+{
+    std::lock_guard<std::mutex> lk(watch_mu_);
+    const bool want = needs_progress();
+    if (want != comp_watched_) {
+        offload::set_comp_watch(*this, want);
+        comp_watched_ = want;
+    }
 }
 
 void Conn::handle_recv_locked(uint32_t imm) noexcept
@@ -387,6 +546,26 @@ void Conn::handle_recv_locked(uint32_t imm) noexcept
         prefix_known_ = true;
         prefix_left_ = v - tcp_read_;
         break;
+    case neg::Imm::switch_at:
+        // Only a server that is verifying expects it, once, and never behind what it
+        // has already delivered from the TCP stream.
+        if (side_ != Side::server || phase_.load() != Phase::verifying || switch_known_ || v < tcp_read_) {
+            if (side_ == Side::server && phase_.load() == Phase::verifying)
+                give_up_verify_locked(Reason::bad_message);
+            else
+                fail("unexpected SWITCH");
+            return;
+        }
+        switch_known_ = true;
+        switch_at_ = v;
+        RS_DEBUG("connection fd=%d: SWITCH(%u) with %llu TCP bytes read", tcp_fd_, v,
+                 static_cast<unsigned long long>(tcp_read_));
+        // The CONFIRM is on its way behind the n bytes: allow it the time a TCP stream
+        // needs to catch up, not more (a third party cannot write into the stream).
+        gate_deadline_ = std::chrono::steady_clock::now() +
+                         std::chrono::milliseconds(2 * rt::config().probe_timeout_ms + 1000);
+        efd_write(rd_efd_, 1);
+        break;
     default:
         fail("unknown message type");
         return;
@@ -421,8 +600,11 @@ void Conn::on_tcp_event(unsigned events) noexcept
     if (closed_)
         return;
     Phase p = phase_.load();
+    if ((events & POLLOUT) && confirm_pending_.load(std::memory_order_relaxed))
+        push_confirm_locked();  // the TCP socket drained: the rest of the CONFIRM
     if (side_ == Side::server && p == Phase::verifying && (events & (POLLIN | POLLRDHUP | POLLHUP))) {
-        try_confirm_locked();  // switch even if the program never reads
+        poll_cq_locked();
+        try_confirm_locked();  // switch even if the program never reads (nothing before it)
         return;
     }
     if (p != Phase::rdma)
@@ -486,10 +668,8 @@ void Conn::shadow_users(int delta) noexcept
     int before = shadow_users_.fetch_add(delta, std::memory_order_acq_rel);
     // epoll waiters see only the eventfds: while there are any, the progress thread
     // handles this connection's completions.
-    if (before == 0 && delta > 0)
-        offload::progress_completions(*this, true);
-    else if (before + delta == 0 && delta < 0)
-        offload::progress_completions(*this, false);
+    if ((before == 0 && delta > 0) || (before + delta == 0 && delta < 0))
+        refresh_watch();
 }
 
 void Conn::sync_shadows() noexcept
@@ -590,7 +770,9 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
             return -EAGAIN;
         tmo = static_cast<int>((left + 999) / 1000);
     }
-    const bool have_cq = cq_ && !dead_ && phase_.load() == Phase::rdma;
+    // A server waiting for the client's SWITCH sleeps on its completions too.
+    const Phase ph = phase_.load();
+    const bool have_cq = (ph == Phase::rdma || (ph == Phase::verifying && side_ == Side::server)) && cq_ && !dead_;
     // Before the switch, look again at least every 50 ms: the switch happens on another
     // thread and its wake-up is an eventfd that a later update may drain.
     bool sliced = false;
@@ -623,15 +805,25 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
     // not have to go through the progress thread (whichever reads the event first
     // handles it; both re-arm and re-poll, so none is lost).
     pollfd p[3] = {{efd, events, 0}, {have_cq ? comp_fd() : -1, POLLIN, 0}, {tcp_fd_, POLLIN, 0}};
-    sig::clear_last();
+    // A handler that ran since the call began (between two waits, outside any poll)
+    // interrupts it as the kernel's signal_pending check before sleeping would.
+    if (int sl = sig::last()) {
+        sig::clear_last();
+        lk.lock();
+        --waiters_;
+        return sig::restart_after(sl, has_timeout) ? 0 : -EINTR;
+    }
     int r = RS_REAL(poll)(p, tcp_too ? 3 : 2, tmo);
     int e = errno;
     lk.lock();
     --waiters_;
     if (r == 0)
         return sliced ? 0 : -EAGAIN;  // a slice ended: the caller looks again
-    if (r < 0 && e == EINTR)
-        return sig::restart_after(sig::last(), has_timeout) ? 0 : -EINTR;
+    if (r < 0 && e == EINTR) {
+        const int sl = sig::last();
+        sig::clear_last();
+        return sig::restart_after(sl, has_timeout) ? 0 : -EINTR;
+    }
     if (r < 0)
         return -e;
     if (have_cq && (p[1].revents & POLLIN)) {
@@ -651,6 +843,28 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
 
 /* ---- server: CONFIRM --------------------------------------------------------------------- */
 
+void Conn::note_declined(Reason why) noexcept
+{
+    declined_.store(why, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lk(mu_);
+    if (side_ == Side::server && phase_.load() == Phase::maybe && !closed_)
+        decide_tcp_locked(why);
+}
+
+void Conn::note_closing() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (side_ != Side::server || sock_ == nullptr)
+        return;
+    // (A connection that moved no byte stays pending: nothing was decided about it.)
+    if (phase_.load() == Phase::maybe && interested_.load() && (tcp_read_ > 0 || tcp_sent_ > 0)) {
+        const Reason declined = declined_.load(std::memory_order_relaxed);
+        sock_->reason.store(declined != Reason::none ? declined : Reason::peer_no_rdmasock, std::memory_order_relaxed);
+    } else if (phase_.load() == Phase::verifying) {
+        sock_->reason.store(Reason::closed_early, std::memory_order_relaxed);  // the switch never completed
+    }
+}
+
 void Conn::mark_closed() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
@@ -658,39 +872,112 @@ void Conn::mark_closed() noexcept
     leave_pending_locked();
 }
 
+int Conn::presw_step_locked() noexcept
+{
+    const Phase p = phase_.load();
+    const auto now = std::chrono::steady_clock::now();
+    if (p == Phase::maybe) {
+        // A server's connection that no RDMA request claimed in time is plain TCP.
+        if (side_ == Side::server && maybe_deadline_.time_since_epoch().count() != 0 && now > maybe_deadline_) {
+            const Reason declined = declined_.load(std::memory_order_relaxed);
+            decide_tcp_locked(declined != Reason::none ? declined : Reason::peer_no_rdmasock);
+            return -1;
+        }
+        return 0;
+    }
+    if (p != Phase::verifying)
+        return p == Phase::rdma ? 1 : -1;
+    poll_cq_locked();  // the SWITCH
+    if (phase_.load() != Phase::verifying)
+        return phase_.load() == Phase::rdma ? 1 : -1;
+    if (!switch_known_) {
+        if (now > gate_deadline_) {
+            give_up_verify_locked(Reason::timeout);
+            return -1;
+        }
+        return 0;
+    }
+    if (tcp_read_ < switch_at_)
+        return 0;
+    return try_confirm_locked();
+}
+
+int Conn::presw_gated() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (phase_.load() == Phase::rdma || presw_step_locked() > 0)
+        return -1;
+    return phase_.load() == Phase::verifying && tcp_limit_locked() == 0 ? 1 : 0;
+}
+
+uint64_t Conn::tcp_limit_locked() const noexcept
+{
+    if (phase_.load() == Phase::maybe)
+        return UINT64_MAX;
+    if (phase_.load() == Phase::verifying && switch_known_)
+        return switch_at_ - tcp_read_;
+    return 0;
+}
+
+ssize_t Conn::presw_recv_locked(msghdr *msg, size_t done, size_t total, uint64_t limit, int flags) noexcept
+{
+    const int fl = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
+    ssize_t r;
+    if (done == 0 && limit >= total)
+        r = RS_REAL(recvmsg)(tcp_fd_, msg, fl);
+    else
+        r = tcp_recv_at(tcp_fd_, msg, done, limit, fl);
+    if (r < 0)
+        return -errno;
+    if (r > 0 && !(flags & MSG_PEEK)) {
+        tcp_read_ += static_cast<uint64_t>(r);
+        bytes_received_ += static_cast<uint64_t>(r);
+    }
+    return r;
+}
+
+void Conn::give_up_verify_locked(Reason why) noexcept
+{
+    RS_DEBUG("connection fd=%d: no valid SWITCH/CONFIRM from the RDMA peer (%s): TCP", tcp_fd_,
+             reason_code(why));
+    decide_tcp_locked(why);
+}
+
 int Conn::try_confirm_locked() noexcept
 {
-    // Only a server looks for a CONFIRM: a client's first inbound bytes are the
-    // server's own (a banner), never ours to judge.
-    if (closed_ || side_ != Side::server)
-        return -1;
-    Phase p = phase_.load();
-    if (p == Phase::maybe && maybe_deadline_.time_since_epoch().count() != 0 &&
-        std::chrono::steady_clock::now() > maybe_deadline_) {
-        decide_tcp_locked(Reason::peer_no_rdmasock);
-        return -1;
-    }
+    // Only a server looks for a CONFIRM, and only at the offset the client's SWITCH
+    // named: a client's inbound bytes are the server's own (a banner), never ours.
+    if (closed_ || side_ != Side::server || phase_.load() != Phase::verifying || !switch_known_ ||
+        tcp_read_ != switch_at_)
+        return 0;
     uint8_t buf[neg::kConfirmSize];
     ssize_t n = RS_REAL(recv)(tcp_fd_, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        if (std::chrono::steady_clock::now() > gate_deadline_) {
+            give_up_verify_locked(Reason::timeout);
+            return -1;
+        }
         return 0;
-    const Reason declined = declined_.load(std::memory_order_relaxed);
-    const Reason not_confirm = p != Phase::maybe ? Reason::bad_message
-                               : declined != Reason::none ? declined : Reason::peer_no_rdmasock;
+    }
     if (n <= 0) {
-        decide_tcp_locked(not_confirm);
+        give_up_verify_locked(Reason::bad_message);
         return -1;
     }
-    auto m = neg::match_confirm(buf, static_cast<size_t>(n), p == Phase::verifying ? &nonce_ : nullptr);
+    auto m = neg::match_confirm(buf, static_cast<size_t>(n), &nonce_);
     if (m == neg::ConfirmMatch::no) {
-        decide_tcp_locked(not_confirm);
+        give_up_verify_locked(Reason::bad_message);
         return -1;
     }
-    if (m == neg::ConfirmMatch::partial)
+    if (m == neg::ConfirmMatch::partial) {
+        if (std::chrono::steady_clock::now() > gate_deadline_) {
+            give_up_verify_locked(Reason::timeout);
+            return -1;
+        }
         return 0;
+    }
     n = RS_REAL(recv)(tcp_fd_, buf, sizeof buf, MSG_DONTWAIT);
     if (n != static_cast<ssize_t>(sizeof buf)) {
-        decide_tcp_locked(Reason::bad_message);
+        give_up_verify_locked(Reason::bad_message);
         return -1;
     }
     if (tcp_sent_ > neg::kImmValueMask || post_ctrl_locked(neg::Imm::prefix, static_cast<uint32_t>(tcp_sent_)) != 0) {
@@ -702,6 +989,8 @@ int Conn::try_confirm_locked() noexcept
     }
     set_rcvlowat(socket_rcvlowat(tcp_fd_));
     phase_.store(Phase::rdma, std::memory_order_release);
+    if (verify_watch_.exchange(false))
+        refresh_watch();
     // Wake a poll/select that waits on this socket's pre-switch readiness (it starts
     // over with the eventfds); the first update by a watcher drains it if not readable.
     efd_write(rd_efd_, 1);
@@ -740,6 +1029,8 @@ void Conn::enter_pending() noexcept
 void Conn::decide_tcp_locked(Reason why) noexcept
 {
     phase_.store(Phase::tcp, std::memory_order_release);
+    if (verify_watch_.exchange(false))
+        refresh_watch();
     leave_pending_locked();
     if (sock_ != nullptr) {
         sock_->reason.store(why, std::memory_order_relaxed);
@@ -803,6 +1094,7 @@ void Conn::maybe_credit_locked() noexcept
 
 ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
 {
+    sig::clear_last();  // a handler that runs from here on interrupts the call's waits
     std::unique_lock<std::mutex> lk(mu_);
     Deadline dl;
     bool lowat_gave_up = false;
@@ -826,21 +1118,52 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             ssize_t r = RS_REAL(recvmsg)(fd, msg, flags);
             return r < 0 ? -errno : r;
         }
-        if (p != Phase::rdma) {  // server, before the switch
-            if (!interested_.load(std::memory_order_relaxed)) {
+        if (p != Phase::rdma) {  // before the switch: the TCP socket, counted
+            if (side_ == Side::server && !interested_.load(std::memory_order_relaxed)) {
                 lk.unlock();
                 note_interest();
                 lk.lock();
                 continue;
             }
-            int c = try_confirm_locked();
-            if (c != 0)
+            if (flags & MSG_OOB) {  // the urgent byte is not part of the counted stream
+                lk.unlock();
+                ssize_t r = RS_REAL(recvmsg)(fd, msg, flags);
+                return r < 0 ? -errno : r;
+            }
+            if (presw_step_locked() != 0)
                 continue;
-            if (nonblocking() || (flags & MSG_DONTWAIT))
-                return -EAGAIN;
-            int w = wait(rd_efd_, POLLIN, true, false, lk, dl);
+            const uint64_t limit = tcp_limit_locked();
+            const bool block = !(nonblocking() || (flags & MSG_DONTWAIT));
+            if (limit > 0) {
+                // A blocking call reads once poll() says readable, which honours
+                // SO_RCVLOWAT as the kernel's own blocking read does.
+                bool ready = true;
+                if (block && done == 0 && total > 0) {
+                    pollfd pf{tcp_fd_, POLLIN, 0};
+                    ready = RS_REAL(poll)(&pf, 1, 0) > 0;
+                }
+                if (ready) {
+                    ssize_t r = presw_recv_locked(msg, done, total, limit, flags);
+                    if (r > 0) {
+                        done += static_cast<size_t>(r);
+                        if (!waitall || done == total)
+                            return static_cast<ssize_t>(done);
+                        continue;
+                    }
+                    if (r == 0)
+                        return static_cast<ssize_t>(done);  // EOF (or an empty buffer)
+                    if (r != -EAGAIN && r != -EWOULDBLOCK && r != -EINTR)
+                        return done > 0 ? static_cast<ssize_t>(done) : r;
+                }
+            }
+            if (!block)
+                return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
+            // Gated (a server waiting for the SWITCH): the TCP socket may be readable
+            // with bytes not ours to deliver yet; sleep on the eventfd and completions.
+            const bool tcp_too = limit > 0 || (p == Phase::verifying && switch_known_);
+            int w = wait(rd_efd_, POLLIN, tcp_too, false, lk, dl);
             if (w < 0)
-                return w;
+                return done > 0 ? static_cast<ssize_t>(done) : w;
             efd_drain(rd_efd_);
             continue;
         }
@@ -850,14 +1173,11 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
         if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0)) {
             // Bytes the server sent on TCP before it switched come first, into the
             // program's buffer at `done` (MSG_WAITALL fills it across both sources).
-            size_t i = 0, s = done;
-            while (i < msg->msg_iovlen && s >= msg->msg_iov[i].iov_len)
-                s -= msg->msg_iov[i++].iov_len;
-            size_t want = i < msg->msg_iovlen ? msg->msg_iov[i].iov_len - s : 0;
+            size_t want = total - done;
             if (prefix_known_ && want > prefix_left_)
                 want = static_cast<size_t>(prefix_left_);
             int fl = MSG_DONTWAIT | (flags & MSG_PEEK);
-            ssize_t r = want ? RS_REAL(recv)(tcp_fd_, static_cast<uint8_t *>(msg->msg_iov[i].iov_base) + s, want, fl) : 0;
+            ssize_t r = want ? tcp_recv_at(tcp_fd_, msg, done, want, fl) : 0;
             int e = errno;
             if (r > 0) {
                 if (!peek) {
@@ -1009,9 +1329,10 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
         ~WatchAfter()
         {
             if (c != nullptr)
-                offload::progress_completions(*c, true);
+                c->refresh_watch();
         }
     } watch_after;
+    sig::clear_last();  // a handler that runs from here on interrupts the call's waits
     std::unique_lock<std::mutex> lk(mu_);
     Deadline dl;
     const size_t total = iov_total(msg);
@@ -1023,26 +1344,59 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
             ssize_t r = RS_REAL(sendmsg)(fd, msg, flags);
             return r < 0 ? -errno : r;
         }
-        if (p != Phase::rdma) {  // server before the switch: TCP, counted
+        if (p != Phase::rdma) {  // before the switch: TCP, counted
+            if ((flags & MSG_OOB) && p == Phase::maybe) {
+                // Several urgent bytes make the receiver's in-band count ambiguous:
+                // the connection stays on TCP.
+                decide_tcp_locked(Reason::urgent_data);
+                continue;
+            }
             ssize_t r = RS_REAL(sendmsg)(fd, msg, flags | MSG_DONTWAIT);
             if (r >= 0) {
-                tcp_sent_ += static_cast<uint64_t>(r);
+                // The urgent byte is not in the peer's in-band stream (one per send;
+                // SO_OOBINLINE is not supported).
+                tcp_sent_ += static_cast<uint64_t>(r) - ((flags & MSG_OOB) && r > 0 ? 1 : 0);
                 bytes_sent_ += static_cast<uint64_t>(r);
                 return r;
             }
             if (errno != EAGAIN || nonblocking() || (flags & MSG_DONTWAIT))
                 return -errno;
+            // Wait for room in the TCP send buffer, in slices: the connection may switch
+            // meanwhile (on another thread), and then the bytes go to the ring.
             int tmo = timeout_ms(tcp_fd_, true);
+            const bool has_timeout = tmo >= 0;
+            if (has_timeout) {
+                auto now = std::chrono::steady_clock::now();
+                if (!dl.set) {
+                    dl.set = true;
+                    dl.at = now + std::chrono::milliseconds(tmo);
+                }
+                auto left = std::chrono::duration_cast<std::chrono::milliseconds>(dl.at - now).count();
+                if (left <= 0)
+                    return -EAGAIN;
+                tmo = static_cast<int>(left);
+            }
+            if (tmo < 0 || tmo > 50)
+                tmo = 50;
             lk.unlock();
-            pollfd pf{tcp_fd_, POLLOUT, 0};
-            sig::clear_last();
-            int pr = RS_REAL(poll)(&pf, 1, tmo);
+            pollfd pf[2] = {{tcp_fd_, POLLOUT, 0}, {rd_efd_, POLLIN, 0}};
+            int pr;
+            if (sig::last() != 0) {  // a handler ran since the call began
+                pr = -1;
+                errno = EINTR;
+            } else {
+                pr = RS_REAL(poll)(pf, 2, tmo);
+            }
             int e = errno;
             lk.lock();
-            if (pr == 0)
-                return -EAGAIN;
-            if (pr < 0 && !(e == EINTR && sig::restart_after(sig::last(), tmo >= 0)))
+            if (pr < 0 && e == EINTR) {
+                const int sl = sig::last();
+                sig::clear_last();
+                if (!sig::restart_after(sl, has_timeout))
+                    return -EINTR;
+            } else if (pr < 0) {
                 return -e;
+            }
             continue;
         }
         poll_cq_locked();
@@ -1149,6 +1503,8 @@ ssize_t Conn::send_urgent(int fd, const msghdr *msg, size_t total, int flags) no
 int Conn::shutdown(int fd, int how) noexcept
 {
     std::unique_lock<std::mutex> lk(mu_);
+    if (side_ == Side::client && phase_.load() == Phase::maybe)
+        decide_tcp_locked(Reason::closed_early);  // a switch could not send its CONFIRM
     if (phase_.load() != Phase::rdma) {
         lk.unlock();
         return RS_REAL(shutdown)(fd, how) < 0 ? -errno : 0;
@@ -1212,17 +1568,23 @@ void Conn::close_connection(bool abortive) noexcept
 {
     std::unique_lock<std::mutex> lk(mu_);
     if (side_ == Side::server && phase_.load() == Phase::verifying && !closed_) {
-        // The client is switched (or about to): its CONFIRM is in the TCP stream or on
-        // its way.  Take it and switch before closing, so that the client reads an
+        // The client is switched (or about to): its SWITCH and CONFIRM are on their
+        // way.  Take them and switch before closing, so that the client reads an
         // orderly EOF (our FIN) and no unread CONFIRM makes our kernel send an RST.
+        // (Unread bytes before the CONFIRM make the kernel reset the connection at
+        // close, as it does for any socket closed with unread input.)
         auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(rt::config().probe_timeout_ms);
-        while (phase_.load() == Phase::verifying && try_confirm_locked() == 0 &&
-               std::chrono::steady_clock::now() < deadline) {
+        while (phase_.load() == Phase::verifying && presw_step_locked() == 0 &&
+               !(switch_known_ && tcp_read_ < switch_at_) && std::chrono::steady_clock::now() < deadline) {
             lk.unlock();
-            pollfd pf{tcp_fd_, POLLIN, 0};
-            RS_REAL(poll)(&pf, 1, 10);
+            pollfd pf[2] = {{tcp_fd_, POLLIN, 0}, {comp_fd(), POLLIN, 0}};
+            RS_REAL(poll)(pf, 2, 10);
             lk.lock();
+            while (cq_ && cq_->ack_event() >= 0) {
+            }
+            if (cq_)
+                cq_->arm();
         }
     }
     if (phase_.load() != Phase::rdma)
@@ -1275,6 +1637,25 @@ void Conn::close_connection(bool abortive) noexcept
         lk.lock();
         while (cq_->ack_event() >= 0) {
         }
+    }
+    // A client's CONFIRM must be whole in the TCP stream before the socket closes: the
+    // server delivers nothing of ours without it.
+    while (confirm_pending_.load() && !failed_ && !reset_) {
+        push_confirm_locked();
+        if (!confirm_pending_.load())
+            break;
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline - std::chrono::steady_clock::now()).count();
+        if (left <= 0)
+            break;
+        lk.unlock();
+        pollfd p[2] = {{tcp_fd_, POLLOUT, 0}, {comp_fd(), POLLIN, 0}};
+        RS_REAL(poll)(p, 2, static_cast<int>(left < 50 ? left : 50));
+        lk.lock();
+        while (cq_->ack_event() >= 0) {
+        }
+        cq_->arm();
+        poll_cq_locked();
     }
 }
 

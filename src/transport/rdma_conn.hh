@@ -1,9 +1,11 @@
 // One offload-candidate TCP connection and, once negotiated, its RDMA data path
 // (docs/protocol.md).  A Conn is the Transport of its socket through every phase:
 //
-//   maybe      server: accepted, no RDMA request bound yet; calls take the hooked path
-//              so the first inbound bytes can be checked for a CONFIRM
-//   verifying  server: RDMA connection established, waiting for the CONFIRM
+//   maybe      undecided: bytes move on the TCP socket, counted, through the hooked
+//              path (client: negotiating in the background; server: accepted, no RDMA
+//              request bound yet)
+//   verifying  server: RDMA connection accepted; TCP bytes are delivered up to the
+//              offset the client's SWITCH names, where its CONFIRM must stand
 //   rdma       both: bytes move through the rings
 //   tcp        decided: plain TCP (the socket is an ordinary fast-path fd again)
 //
@@ -51,13 +53,30 @@ public:
     rdma::CmId *cm_id() const noexcept { return id_.get(); }
     std::shared_ptr<rdma::CmId> cm_id_ref() const noexcept { return id_; }
 
-    // Client: the RDMA connection is established and CONFIRM written: go to rdma.
-    void client_switched() noexcept;
+    // Client: the RDMA connection is established and the peer's ring set.  Posts
+    // SWITCH(TCP bytes sent so far) and goes to rdma; the CONFIRM follows on the TCP
+    // stream once the SWITCH has completed.  Returns Reason::none, or why not (the
+    // connection was decided or closed meanwhile: not_connected; too many TCP bytes:
+    // limit), in which case nothing was posted.
+    Reason client_established() noexcept;
+    // Client: the negotiation ended without RDMA (the socket stays on TCP with `why`).
+    void client_failed(Reason why) noexcept;
+    // Client, the negotiation over without RDMA: the queue pair goes, and the rdma_cm id
+    // is handed back (to be destroyed once its events are acknowledged): a server that
+    // accepts the request late finds no one there.
+    std::shared_ptr<rdma::CmId> release_client_rdma() noexcept;
+    // Client, before fork(): a negotiation still running is given up (the child would
+    // write to the TCP socket behind our count).
+    void before_fork() noexcept;
+    // Server: bind the accepted RDMA request (nonce) to this connection, before
+    // rdma_accept.  False when the connection was decided meanwhile.
+    bool begin_verify(const neg::Nonce &n) noexcept;
     // Server: this process declined the client's RDMA request for `why` (memlock,
     // resources): the socket, once decided TCP, reports that rather than
     // peer_no_rdmasock.
-    void note_declined(Reason why) noexcept { declined_.store(why, std::memory_order_relaxed); }
-    // Server: the RDMA connection for this socket is established: wait for CONFIRM.
+    // The client runs rdmasock and will stay on TCP: the socket is decided at once.
+    void note_declined(Reason why) noexcept;
+    // Server: the RDMA connection for this socket is established.
     void server_established() noexcept;
     // The RDMA side is gone before the switch (reject, disconnect, error): tcp.
     void abandon_rdma() noexcept;
@@ -95,6 +114,14 @@ public:
 
     // The program closed the TCP fd: its number may be reused, never touch it again.
     void mark_closed() noexcept;
+    // Before the close: a server socket still in maybe records its final reason (no
+    // RDMA request came for it, or this process declined one).
+    void note_closing() noexcept;
+
+    // poll/select on a socket still deciding: -1 it is on RDMA now (start over with its
+    // eventfds), 1 its TCP bytes are held back (not readable, whatever the TCP socket
+    // says), 0 the TCP socket's readiness is the socket's.
+    int presw_gated() noexcept;
 
     // SO_RCVLOWAT of the socket (setsockopt hook; read from the socket at the switch).
     void set_rcvlowat(int v) noexcept { rcvlowat_.store(v < 1 ? 1 : v, std::memory_order_relaxed); }
@@ -114,6 +141,16 @@ public:
     // watches its completions for good: the held bytes must go out at the completion
     // they wait for even when no thread of the program is in a call or a wait.
     bool coalescing_watched() const noexcept { return coalescing_watched_.load(); }
+    // The progress thread must watch the completion channel: epoll registrations on the
+    // eventfds, held-back writes, or a CONFIRM to write when the SWITCH completes.
+    bool needs_progress() const noexcept
+    {
+        return shadow_users_.load() > 0 || coalescing_watched_.load() || confirm_pending_.load() ||
+               verify_watch_.load();
+    }
+    // Make the progress thread's watch of the completion channel match needs_progress()
+    // (serialised: concurrent changes cannot leave it wrong).
+    void refresh_watch() noexcept;
     void sync_shadows() noexcept;
     // A poll/select call sleeps on this connection's eventfds (they must then be kept
     // current by whoever handles a completion), or stops doing so.
@@ -168,9 +205,20 @@ private:
     ssize_t tx_ring_locked(const msghdr *msg, size_t skip, size_t want, bool hold) noexcept;
     // Post the staged bytes not yet posted ([tx_posted_, tx_prod_)) as one message.
     int flush_locked() noexcept;
-    // Server phases maybe/verifying: look at the first TCP bytes.  Returns 1 when the
-    // switch to rdma happened, 0 when undecided (wait), -1 when decided tcp.
+    // Server, verifying, at the client's switch offset: look for the CONFIRM.  Returns 1
+    // when the switch to rdma happened, 0 when undecided (wait), -1 when decided tcp.
     int try_confirm_locked() noexcept;
+    // Before the switch (phases maybe, verifying): decide what can be decided now.
+    // Returns 1 switched, -1 decided tcp, 0 still undecided.
+    int presw_step_locked() noexcept;
+    // Before the switch: how many TCP bytes may be delivered to the program now (server,
+    // verifying: up to the SWITCH offset; none before the SWITCH is known).
+    uint64_t tcp_limit_locked() const noexcept;
+    // Read from the TCP socket before the switch (counted), into `msg` at `done`.
+    ssize_t presw_recv_locked(msghdr *msg, size_t done, size_t total, uint64_t limit, int flags) noexcept;
+    // Client: write (the rest of) the CONFIRM once the SWITCH has completed.
+    void push_confirm_locked() noexcept;
+    void give_up_verify_locked(Reason why) noexcept;
     void switch_epoll_locked() noexcept;
     void leave_pending_locked() noexcept;
     void decide_tcp_locked(Reason why) noexcept;
@@ -212,6 +260,8 @@ private:
     bool rd_set_ = false;
     std::atomic<int> shadow_users_{0};
     std::atomic<bool> coalescing_watched_{false};
+    std::mutex watch_mu_;       // refresh_watch (a leaf lock)
+    bool comp_watched_ = false; // under watch_mu_
     std::atomic<Reason> declined_{Reason::none};
     std::atomic<int> rcvlowat_{1};
     int waiters_ = 0;  // threads asleep in wait() (under mu_)
@@ -224,7 +274,19 @@ private:
     uint64_t rx_credited_ = 0;  // rx_cons_ as last reported to the peer
     bool prefix_known_ = false; // client: PREFIX received
     uint64_t prefix_left_ = 0;  // client: TCP bytes still to read before the ring
-    uint64_t tcp_read_ = 0;     // client: TCP bytes read before PREFIX
+    uint64_t tcp_read_ = 0;     // TCP bytes read before the peer's PREFIX / SWITCH
+    // server: the client's SWITCH (its TCP bytes before the CONFIRM)
+    bool switch_known_ = false;
+    uint64_t switch_at_ = 0;
+    // server, verifying: give up (decide tcp) when no SWITCH, or no CONFIRM at its
+    // offset, has come by then
+    std::chrono::steady_clock::time_point gate_deadline_{};
+    // client: the CONFIRM still to write once the SWITCH request has completed
+    std::atomic<bool> confirm_pending_{false};
+    std::atomic<bool> verify_watch_{false};  // server, verifying: the SWITCH is awaited
+    uint64_t switch_wr_ = 0;
+    unsigned confirm_done_ = 0;
+    bool confirm_out_watch_ = false;  // the progress thread watches POLLOUT for it
     bool shut_rd_ = false;
     std::atomic<bool> peer_fin_{false};
     // The peer close()d (FIN with value 1): it reads nothing more.  Later writes go to
@@ -242,7 +304,7 @@ private:
     uint64_t writes_ = 0;    // send calls that moved data (statistics)
     uint64_t data_msgs_ = 0; // DATA messages posted: fewer than writes_ when coalescing
     uint64_t tx_acked_ = 0;  // bytes the peer has consumed (credited)
-    uint64_t tcp_sent_ = 0;  // server: bytes sent on TCP before the switch
+    uint64_t tcp_sent_ = 0;  // bytes sent on TCP before the switch (PREFIX / SWITCH)
     bool shut_wr_ = false;
     bool fin_sent_ = false;
     uint64_t wr_posted_ = 0;     // work requests posted

@@ -33,9 +33,10 @@ Bytes with(Bytes b, size_t off, uint8_t v)
 const Bytes kNonce = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
                       0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10};
 
+// (Protocol version 2.)
 // HELLO, IPv4: 10.0.0.1:40000 -> :5201, ring 64 KiB, rkey 0x1234 at 0x7f0000100000.
 const Bytes kHelloV4 = cat({
-    str("RSK1"), {1, 4, 16, 0}, kNonce,
+    str("RSK1"), {2, 4, 16, 0}, kNonce,
     {10, 0, 0, 1}, zeros(12),
     {0x9c, 0x40}, {0x14, 0x51},
     {0x00, 0x00, 0x12, 0x34},
@@ -43,7 +44,7 @@ const Bytes kHelloV4 = cat({
 });
 // HELLO, IPv6: [fd00::2]:50000 -> :6379, ring 1 MiB, rkey 0xabcdef01 at 0x7f1234560000.
 const Bytes kHelloV6 = cat({
-    str("RSK1"), {1, 6, 20, 0}, kNonce,
+    str("RSK1"), {2, 6, 20, 0}, kNonce,
     {0xfd, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02},
     {0xc3, 0x50}, {0x18, 0xeb},
     {0xab, 0xcd, 0xef, 0x01},
@@ -51,13 +52,13 @@ const Bytes kHelloV6 = cat({
 });
 // ACCEPT: ring 64 KiB, rkey 0x4321 at 0x7f00aa000040, nonce echoed.
 const Bytes kAccept = cat({
-    str("RSKA"), {1, 16, 0, 0},
+    str("RSKA"), {2, 16, 0, 0},
     {0x00, 0x00, 0x43, 0x21},
     {0x00, 0x00, 0x7f, 0x00, 0xaa, 0x00, 0x00, 0x40},
     kNonce,
 });
-Bytes decline(rdmasock::Reason r) { return cat({str("RSKD"), {1, static_cast<uint8_t>(r), 0, 0}}); }
-const Bytes kConfirm = cat({str("RSKC"), {1, 0, 0, 0}, kNonce});
+Bytes decline(rdmasock::Reason r) { return cat({str("RSKD"), {2, static_cast<uint8_t>(r), 0, 0}}); }
+const Bytes kConfirm = cat({str("RSKC"), {2, 0, 0, 0}, kNonce});
 
 // confirm target input: flags, expected nonce, stream.
 Bytes confirm_input(bool bound, const Bytes &stream)

@@ -17,15 +17,21 @@
 //   hello_addr_wrap (ring address + size wraps) hello_zero_nonce hello_zero_port
 //   hello_third_party (a 4-tuple that does not exist)
 //   hello_attach_existing (the 4-tuple of another live connection, --steal-port)
-// After a valid HELLO and ACCEPT, a bad CONFIRM on the TCP stream (then N pattern
-// bytes on TCP; the victim must stay on TCP and deliver exactly the bytes sent):
+// After a valid HELLO and ACCEPT, SWITCH(0) and a bad CONFIRM on the TCP stream (then
+// N pattern bytes on TCP; the victim must stay on TCP and deliver exactly the bytes
+// sent):
 //   confirm_wrong_nonce confirm_bad_version confirm_garbage
+//   confirm_wrong_offset (SWITCH(100), a valid CONFIRM at offset 0: at 100 there is
+//   none; the victim delivers every byte, the CONFIRM's included, as stream bytes)
 // data_before_confirm: after the ACCEPT, 4 KiB of 0xEE as DATA into the victim's ring,
-// then no CONFIRM but N pattern bytes on TCP (the victim must deliver only those).
+// then no SWITCH and no CONFIRM but N pattern bytes on TCP (the victim must deliver
+// only those, once it gave up waiting for the SWITCH).
+// switch_twice: SWITCH(0) twice, then a valid CONFIRM and N pattern bytes on TCP (the
+// victim gives up at the second SWITCH and delivers every TCP byte).
 // After a complete negotiation and the victim's PREFIX, one bad ring message:
 //   data_overflow (4 KiB of 0xEE written into the ring, then DATA(ring size + 1))
 //   data_zero (DATA(0)) credit_overflow (CREDIT(1), nothing was sent to us)
-//   unknown_type (type 5) prefix_from_client (PREFIX(0)) peer_reset (RESET: documented,
+//   unknown_type (type 7) prefix_from_client (PREFIX(0)) peer_reset (RESET: documented,
 //   not malformed: the victim must report ECONNRESET)
 //   write_outside_ring (64 bytes WRITE_WITH_IMM DATA(64) at ring address + ring size:
 //   the victim's NIC must refuse it, remote access error)
@@ -405,11 +411,11 @@ bool known_case(const char *const *list, size_t n, const std::string &kase, cons
 int run_client(const std::string &addr, int port, const std::string &kase, uint64_t bytes, int steal_port)
 {
     const bool hello_case = kase.rfind("hello_", 0) == 0;
-    const bool confirm_case = kase.rfind("confirm_", 0) == 0 || kase == "data_before_confirm";
+    const bool confirm_case = kase.rfind("confirm_", 0) == 0 || kase == "data_before_confirm" || kase == "switch_twice";
     const bool data_case = !hello_case && !confirm_case;
     static const char *const known[] = {"hello_bad_magic", "hello_version", "hello_truncated",
         "hello_log2_high", "hello_log2_low", "hello_ring_oversized", "hello_zero_rkey", "hello_reserved", "hello_third_party",
-        "hello_attach_existing", "confirm_wrong_nonce", "confirm_bad_version", "confirm_garbage",
+        "hello_attach_existing", "confirm_wrong_nonce", "confirm_bad_version", "confirm_garbage", "confirm_wrong_offset", "switch_twice",
         "data_before_confirm",
         "data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client",
         "write_outside_ring", "peer_reset", "hello_family", "hello_unaligned", "hello_addr_wrap",
@@ -518,12 +524,20 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
     }
     uint8_t confirm[neg::kConfirmSize];
     neg::encode_confirm(h.nonce, confirm);
+    // SWITCH(n): the victim delivers n TCP bytes, then expects the CONFIRM.
+    auto send_switch = [&](uint32_t n) {
+        uint32_t imm = neg::make_imm(neg::Imm::switch_at, n);
+        return qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
+    };
     if (confirm_case) {
-        // The victim matches the full CONFIRM only once its own ESTABLISHED event is in
-        // (before that, a frame it cannot bind yet is "not ours": peer_no_rdmasock); give
-        // its progress thread that moment so the case tests the nonce/frame check.
-        usleep(500 * 1000);
-        if (kase == "data_before_confirm") {
+        if (kase == "confirm_wrong_offset") {
+            out.wc = wc_name(send_switch(100));
+            tcp_send(fd, confirm, sizeof confirm);
+        } else if (kase == "switch_twice") {
+            send_switch(0);
+            out.wc = wc_name(send_switch(0));
+            tcp_send(fd, confirm, sizeof confirm);
+        } else if (kase == "data_before_confirm") {
             // The accepted RDMA connection writes into the victim's ring before any
             // CONFIRM (as a third party whose request was bound to a connection it
             // cannot write to could), then the TCP connection carries plain bytes: none
@@ -532,6 +546,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
             uint32_t imm = neg::make_imm(neg::Imm::data, 4096);
             out.wc = wc_name(qp.write(acc.ring.addr, acc.ring.rkey, 4096, &imm));
         } else {
+            out.wc = wc_name(send_switch(0));
             if (kase == "confirm_wrong_nonce")
                 confirm[8] ^= 1;
             else if (kase == "confirm_bad_version")
@@ -548,8 +563,11 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         out.print();
         return 0;
     }
-    // Data path: a correct CONFIRM, the victim's PREFIX, then one bad ring message.
+    // Data path: SWITCH(0), a correct CONFIRM, the victim's PREFIX, then one bad ring
+    // message.
     if (data_case) {
+        if (send_switch(0) != IBV_WC_SUCCESS)
+            die("SWITCH");
         if (kase == "tcp_after_confirm") {
             // Bytes after the CONFIRM on TCP are never the stream's: all later client
             // bytes go to the ring.
@@ -583,7 +601,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
             imm = neg::make_imm(neg::Imm::credit, 1);
             st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
         } else if (kase == "unknown_type") {
-            imm = (5u << 29) | 1u;
+            imm = (7u << 29) | 1u;
             st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
         } else if (kase == "data_after_fin") {
             imm = neg::make_imm(neg::Imm::fin, 0);

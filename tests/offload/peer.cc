@@ -1497,6 +1497,9 @@ int client_main()
         long long dt = now_us() - t0;
         out_line("warmup connect_us=" + std::to_string(dt) + " " + info_fields(fd));
         close(fd);
+        // Its negotiation may still run in the background (the default asynchronous
+        // switch): let it end, so that the measured connects share the CPU with nothing.
+        usleep(300 * 1000);
     }
     for (int i = 0, n = conn_count(); i < n; ++i) {
         const std::string sc = opt.scenarios.empty() || opt.helper ? "" : opt.scenarios[static_cast<size_t>(i)];

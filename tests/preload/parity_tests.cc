@@ -18,7 +18,9 @@
 // what each close-time log line says: offload_expectation() below states, per
 // scenario, how many connections must be on RDMA (a client and a server line in one
 // process, addresses mirrored) and the role and reason of every line on TCP, with why.
-// TEST_PARITY_PROBE_TIMEOUT_MS sets RDMASOCK_PROBE_TIMEOUT_MS for the library run.
+// TEST_PARITY_PROBE_TIMEOUT_MS sets RDMASOCK_PROBE_TIMEOUT_MS for the library run,
+// TEST_PARITY_CONNECT_WAIT its RDMASOCK_CONNECT_WAIT (run-parity-rdma: 1, so every
+// connection's first byte already goes over RDMA).
 // tests/preload/run-parity-rdma runs this in the soft-RoCE VM (make check-parity-rdma).
 #define BOOST_TEST_MODULE rdmasock preload parity
 #include <boost/test/unit_test.hpp>
@@ -274,6 +276,9 @@ Runs parity(const std::vector<std::string> &args, const std::string &expected)
     std::string probe_ms = env_str("TEST_PARITY_PROBE_TIMEOUT_MS");
     if (!probe_ms.empty())
         harness::set_var(env_lib, "RDMASOCK_PROBE_TIMEOUT_MS", probe_ms);
+    std::string connect_wait = env_str("TEST_PARITY_CONNECT_WAIT");
+    if (!connect_wait.empty())
+        harness::set_var(env_lib, "RDMASOCK_CONNECT_WAIT", connect_wait);
     Runs r;
     r.args = args;
     r.plain = harness::run(argv, env, run_timeout_ms());
