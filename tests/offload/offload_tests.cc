@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <dirent.h>
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
@@ -958,6 +959,44 @@ void fallback_memlock(bool client_limited)
                   {"memlock"}, 2);
 }
 
+// QP/MR/CQ creation failure, for real: the client runs in an rdma cgroup whose
+// rdma.max allows each device 4 objects (hca_object: PD, CQ and the two ring MRs of one
+// connection kit), so creating the queue pair fails; the connection stays on TCP with
+// reason `resource`, its data verified.  The cgroup v2 hierarchy is mounted here when
+// the VM has not (the kernel's rdma controller is built in).
+void fallback_resource()
+{
+    const std::string root = "/sys/fs/cgroup", cg = root + "/rdmasock-resource-test";
+    auto write_file = [](const std::string &path, const std::string &v) {
+        FILE *f = fopen(path.c_str(), "w");
+        if (f == nullptr)
+            return false;
+        bool ok = fputs(v.c_str(), f) >= 0;
+        return fclose(f) == 0 && ok;
+    };
+    struct stat st{};
+    if (stat((root + "/cgroup.controllers").c_str(), &st) != 0)
+        BOOST_REQUIRE_MESSAGE(system(("mount -t cgroup2 none " + root).c_str()) == 0, "cannot mount cgroup2 on " << root);
+    BOOST_REQUIRE_MESSAGE(write_file(root + "/cgroup.subtree_control", "+rdma"), "cannot enable the rdma controller");
+    mkdir(cg.c_str(), 0755);
+    int devices = 0;
+    if (DIR *d = opendir("/sys/class/infiniband")) {
+        while (dirent *e = readdir(d)) {
+            if (e->d_name[0] == '.')
+                continue;
+            std::string l = std::string(e->d_name) + " hca_handle=max hca_object=4";
+            BOOST_CHECK_MESSAGE(write_file(cg + "/rdma.max", l), "cannot write rdma.max: " << l);
+            ++devices;
+        }
+        closedir(d);
+    }
+    BOOST_REQUIRE_MESSAGE(devices > 0, "no RDMA device");
+    Side s, c;
+    c.prefix = {"/bin/sh", "-c", "echo $$ > " + cg + "/cgroup.procs && exec \"$@\"", "sh"};
+    fallback_pair("fallback/resource", s, c, {"peer_no_rdmasock"}, {"resource"}, 2);
+    rmdir(cg.c_str());
+}
+
 void fallback_server_without_lib()
 {
     Side s, c;
@@ -1768,6 +1807,7 @@ bool init_tests()
     add(fb, "rcvtimeo_undecided", fallback_rcvtimeo_undecided);
     add(fb, "memlock_client", [] { fallback_memlock(true); });
     add(fb, "memlock_server", [] { fallback_memlock(false); });
+    add(fb, "resource", fallback_resource);
     master.add(fb);
 
     // tests/vm/run --two-vms (make check-offload-2vm): the servers run on the other VM,
