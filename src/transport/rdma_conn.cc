@@ -754,7 +754,7 @@ unsigned Conn::poll_mask(int) noexcept
     return m;
 }
 
-int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
+int Conn::wait(int efd, short events, short tcp_events, bool for_send,
                std::unique_lock<std::mutex> &lk, Deadline &dl) noexcept
 {
     int tmo = timeout_ms(tcp_fd_, for_send);
@@ -783,7 +783,7 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
     // Busy-poll mode (RDMASOCK_BUSY_POLL_US): spin on the completion queue for a bounded
     // time before sleeping.  Off by default: an idle process uses no CPU.
     long spin_us = rt::config().busy_poll_us;
-    if (spin_us > 0 && have_cq && !tcp_too) {
+    if (spin_us > 0 && have_cq && tcp_events == 0) {
         auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
         do {
             poll_cq_locked();
@@ -804,7 +804,7 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
     // The waiting thread also watches the completion channel itself, so a wake-up does
     // not have to go through the progress thread (whichever reads the event first
     // handles it; both re-arm and re-poll, so none is lost).
-    pollfd p[3] = {{efd, events, 0}, {have_cq ? comp_fd() : -1, POLLIN, 0}, {tcp_fd_, POLLIN, 0}};
+    pollfd p[3] = {{efd, events, 0}, {have_cq ? comp_fd() : -1, POLLIN, 0}, {tcp_fd_, tcp_events, 0}};
     // A handler that ran since the call began (between two waits, outside any poll)
     // interrupts it as the kernel's signal_pending check before sleeping would.
     if (int sl = sig::last()) {
@@ -813,7 +813,7 @@ int Conn::wait(int efd, short events, bool tcp_too, bool for_send,
         --waiters_;
         return sig::restart_after(sl, has_timeout) ? 0 : -EINTR;
     }
-    int r = RS_REAL(poll)(p, tcp_too ? 3 : 2, tmo);
+    int r = RS_REAL(poll)(p, tcp_events ? 3 : 2, tmo);
     int e = errno;
     lk.lock();
     --waiters_;
@@ -858,8 +858,7 @@ void Conn::note_closing() noexcept
         return;
     // (A connection that moved no byte stays pending: nothing was decided about it.)
     if (phase_.load() == Phase::maybe && interested_.load() && (tcp_read_ > 0 || tcp_sent_ > 0)) {
-        const Reason declined = declined_.load(std::memory_order_relaxed);
-        sock_->reason.store(declined != Reason::none ? declined : Reason::peer_no_rdmasock, std::memory_order_relaxed);
+        sock_->reason.store(undecided_reason(), std::memory_order_relaxed);
     } else if (phase_.load() == Phase::verifying) {
         sock_->reason.store(Reason::closed_early, std::memory_order_relaxed);  // the switch never completed
     }
@@ -879,8 +878,7 @@ int Conn::presw_step_locked() noexcept
     if (p == Phase::maybe) {
         // A server's connection that no RDMA request claimed in time is plain TCP.
         if (side_ == Side::server && maybe_deadline_.time_since_epoch().count() != 0 && now > maybe_deadline_) {
-            const Reason declined = declined_.load(std::memory_order_relaxed);
-            decide_tcp_locked(declined != Reason::none ? declined : Reason::peer_no_rdmasock);
+            decide_tcp_locked(undecided_reason());
             return -1;
         }
         return 0;
@@ -1160,8 +1158,8 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
                 return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
             // Gated (a server waiting for the SWITCH): the TCP socket may be readable
             // with bytes not ours to deliver yet; sleep on the eventfd and completions.
-            const bool tcp_too = limit > 0 || (p == Phase::verifying && switch_known_);
-            int w = wait(rd_efd_, POLLIN, tcp_too, false, lk, dl);
+            const bool tcp_input = limit > 0 || (p == Phase::verifying && switch_known_);
+            int w = wait(rd_efd_, POLLIN, tcp_input ? POLLIN : 0, false, lk, dl);
             if (w < 0)
                 return done > 0 ? static_cast<ssize_t>(done) : w;
             efd_drain(rd_efd_);
@@ -1214,7 +1212,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
                 if (nonblocking() || (flags & MSG_DONTWAIT))
                     return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
                 flush_locked();
-                int w = wait(rd_efd_, POLLIN, true, false, lk, dl);
+                int w = wait(rd_efd_, POLLIN, POLLIN, false, lk, dl);
                 if (w < 0)
                     return done > 0 ? static_cast<ssize_t>(done) : w;
                 continue;
@@ -1226,7 +1224,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
         if (avail > 0 && done == 0 && !waitall && !lowat_gave_up && avail < lowat && avail < total && !shut_rd_ &&
             !peer_fin_ && !reset_ && !failed_ && !nonblocking() && !(flags & MSG_DONTWAIT)) {
             flush_locked();
-            if (wait(rd_efd_, POLLIN, false, false, lk, dl) < 0)
+            if (wait(rd_efd_, POLLIN, 0, false, lk, dl) < 0)
                 lowat_gave_up = true;  // timeout or signal: what there is, as the kernel
             continue;
         }
@@ -1258,7 +1256,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
         if (nonblocking() || (flags & MSG_DONTWAIT))
             return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
         flush_locked();  // about to sleep for input: what we coalesced goes out first
-        int w = wait(rd_efd_, POLLIN, false, false, lk, dl);
+        int w = wait(rd_efd_, POLLIN, 0, false, lk, dl);
         if (w < 0)
             return done > 0 ? static_cast<ssize_t>(done) : w;
     }
@@ -1361,42 +1359,11 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
             }
             if (errno != EAGAIN || nonblocking() || (flags & MSG_DONTWAIT))
                 return -errno;
-            // Wait for room in the TCP send buffer, in slices: the connection may switch
-            // meanwhile (on another thread), and then the bytes go to the ring.
-            int tmo = timeout_ms(tcp_fd_, true);
-            const bool has_timeout = tmo >= 0;
-            if (has_timeout) {
-                auto now = std::chrono::steady_clock::now();
-                if (!dl.set) {
-                    dl.set = true;
-                    dl.at = now + std::chrono::milliseconds(tmo);
-                }
-                auto left = std::chrono::duration_cast<std::chrono::milliseconds>(dl.at - now).count();
-                if (left <= 0)
-                    return -EAGAIN;
-                tmo = static_cast<int>(left);
-            }
-            if (tmo < 0 || tmo > 50)
-                tmo = 50;
-            lk.unlock();
-            pollfd pf[2] = {{tcp_fd_, POLLOUT, 0}, {rd_efd_, POLLIN, 0}};
-            int pr;
-            if (sig::last() != 0) {  // a handler ran since the call began
-                pr = -1;
-                errno = EINTR;
-            } else {
-                pr = RS_REAL(poll)(pf, 2, tmo);
-            }
-            int e = errno;
-            lk.lock();
-            if (pr < 0 && e == EINTR) {
-                const int sl = sig::last();
-                sig::clear_last();
-                if (!sig::restart_after(sl, has_timeout))
-                    return -EINTR;
-            } else if (pr < 0) {
-                return -e;
-            }
+            // Wait for room in the TCP send buffer (in slices, and woken by the switch:
+            // then the bytes go to the ring).
+            int w = wait(rd_efd_, POLLIN, POLLOUT, true, lk, dl);
+            if (w < 0)
+                return w;
             continue;
         }
         poll_cq_locked();
@@ -1457,7 +1424,7 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
         }
         update_shadows_locked();
         flush_locked();
-        int w = wait(wr_efd_, POLLOUT, false, true, lk, dl);
+        int w = wait(wr_efd_, POLLOUT, 0, true, lk, dl);
         if (w < 0)
             return done > 0 ? static_cast<ssize_t>(done) : w;
     }

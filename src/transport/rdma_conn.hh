@@ -76,6 +76,13 @@ public:
     // peer_no_rdmasock.
     // The client runs rdmasock and will stay on TCP: the socket is decided at once.
     void note_declined(Reason why) noexcept;
+    // Server: why a socket no RDMA request bound is on TCP (the reason this process
+    // declined one with, else no rdmasock on the client).
+    Reason undecided_reason() const noexcept
+    {
+        const Reason d = declined_.load(std::memory_order_relaxed);
+        return d != Reason::none ? d : Reason::peer_no_rdmasock;
+    }
     // Server: the RDMA connection for this socket is established.
     void server_established() noexcept;
     // The RDMA side is gone before the switch (reject, disconnect, error): tcp.
@@ -222,16 +229,17 @@ private:
     void switch_epoll_locked() noexcept;
     void leave_pending_locked() noexcept;
     void decide_tcp_locked(Reason why) noexcept;
-    // Wait (outside mu_) until the shadow `efd` is ready for `events` or the TCP fd has
-    // input (when tcp_too), honouring the socket's timeout.  0, -EAGAIN (timed out),
-    // -EINTR.
+    // Wait (outside mu_) until the shadow `efd` is ready for `events` or the TCP fd for
+    // `tcp_events`, honouring the socket's timeout.  0, -EAGAIN (timed out), -EINTR.
     // `dl` is the call's deadline (SO_RCVTIMEO/SO_SNDTIMEO counted from the first wait of
     // the call, as the kernel counts it, however many times the call waits).
     struct Deadline {
         bool set = false;
         std::chrono::steady_clock::time_point at{};
     };
-    int wait(int efd, short events, bool tcp_too, bool for_send, std::unique_lock<std::mutex> &lk,
+    // tcp_events: what to wait for on the TCP socket too (0: nothing; POLLIN: bytes
+    // before the peer's switch; POLLOUT: room for ours before our switch).
+    int wait(int efd, short events, short tcp_events, bool for_send, std::unique_lock<std::mutex> &lk,
              Deadline &dl) noexcept;
     bool nonblocking() const noexcept;
 
