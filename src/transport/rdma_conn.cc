@@ -586,12 +586,23 @@ void Conn::on_completion_event() noexcept
         return;
     while (cq_->ack_event() >= 0) {
     }
-    std::lock_guard<std::mutex> lk(mu_);
-    poll_cq_locked();
-    cq_->arm();
-    poll_cq_locked();
-    update_shadows_locked();
-    cv_.notify_all();
+    bool unwatch = false;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        poll_cq_locked();
+        cq_->arm();
+        poll_cq_locked();
+        update_shadows_locked();
+        cv_.notify_all();
+        // Nothing held back any more: the watch for it ends (a retired connection's
+        // watch is the engine's, for the peer's FIN).
+        if (!closed_ && tx_posted_ == tx_prod_ && coalescing_watched_.load(std::memory_order_relaxed)) {
+            coalescing_watched_.store(false);
+            unwatch = true;
+        }
+    }
+    if (unwatch)
+        refresh_watch();  // outside the connection's lock, as every caller
 }
 
 void Conn::on_tcp_event(unsigned events) noexcept
@@ -784,8 +795,10 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send,
     // time before sleeping.  Off by default: an idle process uses no CPU.
     long spin_us = rt::config().busy_poll_us;
     if (spin_us > 0 && have_cq && tcp_events == 0) {
+        // (The clock is read once in 16 polls: where it is no vDSO read, e.g. an HPET
+        // clock source, each read is a system call that would delay seeing the data.)
         auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-        do {
+        for (unsigned i = 1;; ++i) {
             poll_cq_locked();
             update_shadows_locked();
             if (efd == rd_efd_ ? readable_locked() : writable_locked())
@@ -793,7 +806,9 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send,
             lk.unlock();
             __builtin_ia32_pause();
             lk.lock();
-        } while (std::chrono::steady_clock::now() < end);
+            if (i % 16 == 0 && std::chrono::steady_clock::now() >= end)
+                break;
+        }
     }
     update_shadows_locked(true);  // no stale "readable" left to wake us for nothing
     // While a thread sleeps here, whoever handles a completion (another thread of the
@@ -827,8 +842,8 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send,
     if (r < 0)
         return -e;
     if (have_cq && (p[1].revents & POLLIN)) {
-        while (cq_->ack_event() >= 0) {
-        }
+        // One event per arming: one read (another one pending keeps the fd readable).
+        cq_->ack_event();
         poll_cq_locked();
         cq_->arm();
         poll_cq_locked();
@@ -1131,7 +1146,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             if (presw_step_locked() != 0)
                 continue;
             const uint64_t limit = tcp_limit_locked();
-            const bool block = !(nonblocking() || (flags & MSG_DONTWAIT));
+            const bool block = !((flags & MSG_DONTWAIT) || nonblocking());
             if (limit > 0) {
                 // A blocking call reads once poll() says readable, which honours
                 // SO_RCVLOWAT as the kernel's own blocking read does.
@@ -1209,7 +1224,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             if (!prefix_known_ || prefix_left_ > 0) {
                 if (reset_ || failed_)
                     return done > 0 ? static_cast<ssize_t>(done) : -ECONNRESET;
-                if (nonblocking() || (flags & MSG_DONTWAIT))
+                if ((flags & MSG_DONTWAIT) || nonblocking())
                     return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
                 flush_locked();
                 int w = wait(rd_efd_, POLLIN, POLLIN, false, lk, dl);
@@ -1222,7 +1237,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
         // SO_RCVLOWAT: a blocking call waits for that many bytes (or all it asked for).
         const uint64_t lowat = static_cast<uint64_t>(rcvlowat_.load(std::memory_order_relaxed));
         if (avail > 0 && done == 0 && !waitall && !lowat_gave_up && avail < lowat && avail < total && !shut_rd_ &&
-            !peer_fin_ && !reset_ && !failed_ && !nonblocking() && !(flags & MSG_DONTWAIT)) {
+            !peer_fin_ && !reset_ && !failed_ && !(flags & MSG_DONTWAIT) && !nonblocking()) {
             flush_locked();
             if (wait(rd_efd_, POLLIN, 0, false, lk, dl) < 0)
                 lowat_gave_up = true;  // timeout or signal: what there is, as the kernel
@@ -1253,7 +1268,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             }
             return 0;
         }
-        if (nonblocking() || (flags & MSG_DONTWAIT))
+        if ((flags & MSG_DONTWAIT) || nonblocking())
             return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
         flush_locked();  // about to sleep for input: what we coalesced goes out first
         int w = wait(rd_efd_, POLLIN, 0, false, lk, dl);
@@ -1357,7 +1372,7 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
                 bytes_sent_ += static_cast<uint64_t>(r);
                 return r;
             }
-            if (errno != EAGAIN || nonblocking() || (flags & MSG_DONTWAIT))
+            if (errno != EAGAIN || (flags & MSG_DONTWAIT) || nonblocking())
                 return -errno;
             // Wait for room in the TCP send buffer (in slices, and woken by the switch:
             // then the bytes go to the ring).
@@ -1414,11 +1429,11 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
             done += static_cast<size_t>(r);
             bytes_sent_ += static_cast<uint64_t>(r);
             update_shadows_locked();
-            if (done == total || nonblocking() || (flags & MSG_DONTWAIT))
+            if (done == total || (flags & MSG_DONTWAIT) || nonblocking())
                 return static_cast<ssize_t>(done);
             continue;
         }
-        if (nonblocking() || (flags & MSG_DONTWAIT)) {
+        if ((flags & MSG_DONTWAIT) || nonblocking()) {
             update_shadows_locked();
             return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
         }

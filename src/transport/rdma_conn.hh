@@ -144,9 +144,11 @@ public:
     // a poll/select call.  They are kept up to date only while watched; a new watcher
     // calls sync_shadows() (takes the connection lock) once it holds no other lock.
     void shadow_users(int delta) noexcept;
-    // Once this connection has held back (coalesced) a write, the progress thread
-    // watches its completions for good: the held bytes must go out at the completion
-    // they wait for even when no thread of the program is in a call or a wait.
+    // While this connection holds back (coalesces) written bytes, the progress thread
+    // watches its completions: the held bytes must go out at the completion they wait
+    // for even when no thread of the program is in a call or a wait.  It stops at the
+    // first completion event that finds nothing held (each watched completion costs a
+    // wake-up of the progress thread and a fight for the connection's lock).
     bool coalescing_watched() const noexcept { return coalescing_watched_.load(); }
     // The progress thread must watch the completion channel: epoll registrations on the
     // eventfds, held-back writes, or a CONFIRM to write when the SWITCH completes.
