@@ -28,6 +28,7 @@
 #include "log/log.hh"
 #include "rdma/owners.hh"
 #include "transport/kit.hh"
+#include "util/copy.hh"
 #include "util/fd.hh"
 #include "transport/rdma_conn.hh"
 
@@ -284,6 +285,7 @@ void Engine::loop() noexcept
 {
     epoll_event evs[64];
     int timeout = -1;
+    util::calibrate_copy();  // here, not in a program's call: it takes a few copies' time
     for (;;) {
         // No deadline pending: sleep until an event (an idle process uses no CPU).
         int n = RS_REAL(epoll_wait)(ep_, evs, 64, timeout);

@@ -18,6 +18,7 @@
 #include "core/signals.hh"
 #include "core/socket.hh"
 #include "log/log.hh"
+#include "util/copy.hh"
 #include "util/fd.hh"
 
 namespace rdmasock {
@@ -86,11 +87,11 @@ void copy_ring_iov(uint8_t *ring, size_t size, uint64_t pos, const msghdr *m, si
         size_t off = static_cast<size_t>(pos & (size - 1));
         size_t first = chunk < size - off ? chunk : size - off;
         if (to_iov) {
-            memcpy(base, ring + off, first);
-            memcpy(base + first, ring, chunk - first);
+            util::bulk_copy(base, ring + off, first);
+            util::bulk_copy(base + first, ring, chunk - first);
         } else {
-            memcpy(ring + off, base, first);
-            memcpy(ring, base + first, chunk - first);
+            util::bulk_copy(ring + off, base, first);
+            util::bulk_copy(ring, base + first, chunk - first);
         }
         pos += chunk;
         n -= chunk;
