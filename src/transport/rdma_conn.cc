@@ -769,36 +769,20 @@ unsigned Conn::poll_mask(int) noexcept
 int Conn::wait(int efd, short events, short tcp_events, bool for_send,
                std::unique_lock<std::mutex> &lk, Deadline &dl) noexcept
 {
-    int tmo = timeout_ms(tcp_fd_, for_send);
-    const bool has_timeout = tmo >= 0;
-    if (has_timeout) {
-        auto now = std::chrono::steady_clock::now();
-        if (!dl.set) {
-            dl.set = true;
-            dl.at = now + std::chrono::milliseconds(tmo);
-        }
-        auto left = std::chrono::duration_cast<std::chrono::microseconds>(dl.at - now).count();
-        if (left <= 0)
-            return -EAGAIN;
-        tmo = static_cast<int>((left + 999) / 1000);
-    }
     // A server waiting for the client's SWITCH sleeps on its completions too.
     const Phase ph = phase_.load();
     const bool have_cq = (ph == Phase::rdma || (ph == Phase::verifying && side_ == Side::server)) && cq_ && !dead_;
-    // Before the switch, look again at least every 50 ms: the switch happens on another
-    // thread and its wake-up is an eventfd that a later update may drain.
-    bool sliced = false;
-    if (phase_.load() != Phase::rdma && (tmo < 0 || tmo > 50)) {
-        tmo = 50;
-        sliced = true;
-    }
     // Busy-poll mode (RDMASOCK_BUSY_POLL_US): spin on the completion queue for a bounded
-    // time before sleeping.  Off by default: an idle process uses no CPU.
+    // time before sleeping.  Off by default: an idle process uses no CPU.  The spin comes
+    // before the socket's timeout is read (a system call the data often makes needless);
+    // a timeout counts from the spin's start.
     long spin_us = rt::config().busy_poll_us;
+    std::chrono::steady_clock::time_point spun_from{};
     if (spin_us > 0 && have_cq && tcp_events == 0) {
         // (The clock is read once in 16 polls: where it is no vDSO read, e.g. an HPET
         // clock source, each read is a system call that would delay seeing the data.)
-        auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+        spun_from = std::chrono::steady_clock::now();
+        const auto end = spun_from + std::chrono::microseconds(spin_us);
         for (unsigned i = 1;; ++i) {
             poll_cq_locked();
             update_shadows_locked();
@@ -810,6 +794,26 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send,
             if (i % 16 == 0 && std::chrono::steady_clock::now() >= end)
                 break;
         }
+    }
+    int tmo = timeout_ms(tcp_fd_, for_send);
+    const bool has_timeout = tmo >= 0;
+    if (has_timeout) {
+        auto now = std::chrono::steady_clock::now();
+        if (!dl.set) {
+            dl.set = true;
+            dl.at = (spun_from.time_since_epoch().count() != 0 ? spun_from : now) + std::chrono::milliseconds(tmo);
+        }
+        auto left = std::chrono::duration_cast<std::chrono::microseconds>(dl.at - now).count();
+        if (left <= 0)
+            return -EAGAIN;
+        tmo = static_cast<int>((left + 999) / 1000);
+    }
+    // Before the switch, look again at least every 50 ms: the switch happens on another
+    // thread and its wake-up is an eventfd that a later update may drain.
+    bool sliced = false;
+    if (phase_.load() != Phase::rdma && (tmo < 0 || tmo > 50)) {
+        tmo = 50;
+        sliced = true;
     }
     update_shadows_locked(true);  // no stale "readable" left to wake us for nothing
     // While a thread sleeps here, whoever handles a completion (another thread of the

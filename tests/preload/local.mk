@@ -36,10 +36,16 @@ check-parity-rdma: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(
 	$(top_srcdir)/tests/vm/run --timeout 400 -- $(SHELL) \
 	  $(abs_top_srcdir)/tests/preload/run-parity-rdma $(abs_top_builddir)/tests/preload/parity_tests
 
+# The same in busy-poll mode: blocking calls spin on the completion queue before they
+# sleep (RDMASOCK_BUSY_POLL_US), and must still honour timeouts, signals and EOF.
+check-parity-rdma-busy: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la
+	$(top_srcdir)/tests/vm/run --timeout 400 -- env TEST_PARITY_BUSY_POLL_US=100 $(SHELL) \
+	  $(abs_top_srcdir)/tests/preload/run-parity-rdma $(abs_top_builddir)/tests/preload/parity_tests
+
 # The same where a device already is (inside the VM, or a host with RDMA).
 check-parity-rdma-guest: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la
 	$(SHELL) $(srcdir)/tests/preload/run-parity-rdma $(abs_top_builddir)/tests/preload/parity_tests
 
-.PHONY: check-parity-rdma check-parity-rdma-guest
+.PHONY: check-parity-rdma check-parity-rdma-busy check-parity-rdma-guest
 EXTRA_DIST += tests/preload/run-parity-rdma tests/preload/README.md
 CLEANFILES += tests/preload/*.parity-rdma.log

@@ -20,7 +20,9 @@
 // process, addresses mirrored) and the role and reason of every line on TCP, with why.
 // TEST_PARITY_PROBE_TIMEOUT_MS sets RDMASOCK_PROBE_TIMEOUT_MS for the library run,
 // TEST_PARITY_CONNECT_WAIT its RDMASOCK_CONNECT_WAIT (run-parity-rdma: 1, so every
-// connection's first byte already goes over RDMA).
+// connection's first byte already goes over RDMA), TEST_PARITY_BUSY_POLL_US its
+// RDMASOCK_BUSY_POLL_US (make check-parity-rdma-busy: the same semantics while blocking
+// calls spin on the completion queue first).
 // tests/preload/run-parity-rdma runs this in the soft-RoCE VM (make check-parity-rdma).
 #define BOOST_TEST_MODULE rdmasock preload parity
 #include <boost/test/unit_test.hpp>
@@ -279,6 +281,9 @@ Runs parity(const std::vector<std::string> &args, const std::string &expected)
     std::string connect_wait = env_str("TEST_PARITY_CONNECT_WAIT");
     if (!connect_wait.empty())
         harness::set_var(env_lib, "RDMASOCK_CONNECT_WAIT", connect_wait);
+    std::string busy_us = env_str("TEST_PARITY_BUSY_POLL_US");
+    if (!busy_us.empty())
+        harness::set_var(env_lib, "RDMASOCK_BUSY_POLL_US", busy_us);
     Runs r;
     r.args = args;
     r.plain = harness::run(argv, env, run_timeout_ms());
