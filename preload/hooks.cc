@@ -20,6 +20,7 @@
 #include "log/log.hh"
 #include "transport/rdma_conn.hh"
 #include "transport/transport.hh"
+#include "util/fd.hh"
 
 extern "C" void __chk_fail(void) __attribute__((noreturn));
 
@@ -205,8 +206,63 @@ SocketRef offloaded_socket(int fd) noexcept
     return {};
 }
 
+// The last call of a connection whose close() was deferred finishes it: the orderly
+// close over RDMA (or the reset SO_LINGER 0 asks for), the close line under the number
+// the program closed, and the library's duplicate of the TCP socket.
+void finish_deferred_close(Socket &s) noexcept
+{
+    ErrnoGuard g;
+    const int keep = s.deferred_fd;
+    CloseInfo ci = capture(keep, s);
+    offload::on_close(keep, s);
+    log_close(s.closed_fd, s, ci);
+    s.deferred_fd = -1;
+    RS_REAL(close)(keep);
+}
+
+// Counts a call of the program inside the transport (Socket::calls).
+class InCall {
+public:
+    explicit InCall(Socket &s) noexcept : s_(s) { s_.calls.fetch_add(1, std::memory_order_acq_rel); }
+    ~InCall()
+    {
+        if (s_.calls.fetch_sub(1, std::memory_order_acq_rel) == (Socket::kCloseDeferred | 1))
+            finish_deferred_close(s_);
+    }
+    InCall(const InCall &) = delete;
+    InCall &operator=(const InCall &) = delete;
+
+private:
+    Socket &s_;
+};
+
+// close() of the last descriptor while other threads are in calls on the connection:
+// true when the connection was handed to those calls (the last one closes it).
+bool defer_close(int fd, Socket &s) noexcept
+{
+    if ((s.calls.load(std::memory_order_acquire) & ~Socket::kCloseDeferred) == 0 || !s.offloaded() ||
+        s.transport == nullptr)
+        return false;
+    const int keep = util::dup_high(fd);
+    if (keep < 0)
+        return false;
+    if (!static_cast<Conn *>(s.transport)->continue_on(keep)) {
+        RS_REAL(close)(keep);
+        return false;
+    }
+    s.deferred_fd = keep;
+    s.closed_fd = fd;
+    if ((s.calls.fetch_or(Socket::kCloseDeferred, std::memory_order_acq_rel) & ~Socket::kCloseDeferred) == 0) {
+        // Every call returned meanwhile: close now (through the duplicate).
+        s.calls.fetch_and(~Socket::kCloseDeferred, std::memory_order_acq_rel);
+        finish_deferred_close(s);
+    }
+    return true;
+}
+
 ssize_t rx(Socket &s, int fd, iovec *iov, int iovcnt, int flags) noexcept
 {
+    InCall in(s);
     msghdr m{};
     m.msg_iov = iov;
     m.msg_iovlen = static_cast<size_t>(iovcnt);
@@ -215,6 +271,7 @@ ssize_t rx(Socket &s, int fd, iovec *iov, int iovcnt, int flags) noexcept
 
 ssize_t tx(Socket &s, int fd, const iovec *iov, int iovcnt, int flags) noexcept
 {
+    InCall in(s);
     msghdr m{};
     m.msg_iov = const_cast<iovec *>(iov);
     m.msg_iovlen = static_cast<size_t>(iovcnt);
@@ -422,6 +479,7 @@ ssize_t recvmsg(int fd, msghdr *msg, int flags) noexcept
     SocketRef s = offloaded_socket(fd);
     if (!s)
         return RS_REAL(recvmsg)(fd, msg, flags);
+    InCall in(*s);
     return ret(s->transport->recvmsg(fd, msg, flags));
 }
 
@@ -430,6 +488,7 @@ int recvmmsg(int fd, mmsghdr *vec, unsigned int vlen, int flags, timespec *timeo
     SocketRef s = offloaded_socket(fd);
     if (!s)
         return RS_REAL(recvmmsg)(fd, vec, vlen, flags, timeout);
+    InCall in(*s);
     unsigned i = 0;
     for (; i < vlen; ++i) {
         ssize_t r = s->transport->recvmsg(fd, &vec[i].msg_hdr, flags & ~MSG_WAITFORONE);
@@ -490,6 +549,7 @@ ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept
     SocketRef s = offloaded_socket(fd);
     if (!s)
         return RS_REAL(sendmsg)(fd, msg, flags);
+    InCall in(*s);
     return ret(s->transport->sendmsg(fd, msg, flags));
 }
 
@@ -498,6 +558,7 @@ int sendmmsg(int fd, mmsghdr *vec, unsigned int vlen, int flags) noexcept
     SocketRef s = offloaded_socket(fd);
     if (!s)
         return RS_REAL(sendmmsg)(fd, vec, vlen, flags);
+    InCall in(*s);
     unsigned i = 0;
     for (; i < vlen; ++i) {
         ssize_t r = s->transport->sendmsg(fd, &vec[i].msg_hdr, flags);
@@ -573,6 +634,11 @@ int close(int fd) noexcept
     SocketRef s = fdt::remove(fd);
     if (s && s->drop_fd()) {
         ErrnoGuard g;
+        if (defer_close(fd, *s)) {
+            readiness::on_close(fd);
+            log::on_fd_closed(fd);
+            return RS_REAL(close)(fd);
+        }
         CloseInfo ci = capture(fd, *s);
         offload::on_close(fd, *s);
         log_close(fd, *s, ci);

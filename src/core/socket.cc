@@ -139,6 +139,9 @@ void Socket::recycle() noexcept
     else
         listener.reset();
     offloaded_.store(false, std::memory_order_relaxed);
+    calls.store(0, std::memory_order_relaxed);
+    deferred_fd = -1;
+    closed_fd = -1;
     g_pool.free(this);
 }
 

@@ -67,6 +67,15 @@ public:
     pid_t listener_pid = 0;          // the process that opened it
     uint64_t id = 0;                 // process-unique connection id
 
+    // The program's calls inside the transport (the receive and send families), plus
+    // kCloseDeferred once close() left the connection to the last of them: as the
+    // kernel's file reference does, a thread blocked in read() keeps the connection
+    // open after another thread closed its descriptor.
+    static constexpr uint32_t kCloseDeferred = 1u << 31;
+    std::atomic<uint32_t> calls{0};
+    int deferred_fd = -1;  // while deferred: the library's duplicate of the TCP socket
+    int closed_fd = -1;    // while deferred: the number the program closed
+
 private:
     Socket() = default;
     void recycle() noexcept;

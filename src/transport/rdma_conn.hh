@@ -121,6 +121,11 @@ public:
 
     // The program closed the TCP fd: its number may be reused, never touch it again.
     void mark_closed() noexcept;
+    // close() while other threads of the program are in calls on this connection: when
+    // it is on RDMA with nothing left to read from the TCP socket, it goes on through
+    // `keep` (a duplicate of the TCP socket the library owns) and true is returned; the
+    // program's number may then be reused.
+    bool continue_on(int keep) noexcept;
     // Before the close: a server socket still in maybe records its final reason (no
     // RDMA request came for it, or this process declined one).
     void note_closing() noexcept;
@@ -246,7 +251,7 @@ private:
     bool nonblocking() const noexcept;
 
     const Side side_;
-    const int tcp_fd_;
+    int tcp_fd_;  // the program's number; continue_on() may move it to the library's duplicate
     Socket *sock_ = nullptr;
     std::weak_ptr<Conn> self_;
     std::atomic<Phase> phase_;

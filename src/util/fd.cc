@@ -37,4 +37,10 @@ int move_high(int fd) noexcept
     return high >= 0 ? high : fd;
 }
 
+int dup_high(int fd) noexcept
+{
+    const int floor = floor_fd();
+    return RS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, floor < 0 ? 0 : floor);
+}
+
 }  // namespace rdmasock::util

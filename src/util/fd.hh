@@ -11,4 +11,8 @@ namespace rdmasock::util {
 // Only for descriptors no other thread can be using yet.
 int move_high(int fd) noexcept;
 
+// A close-on-exec duplicate of `fd` at or above the same floor (or wherever the kernel
+// puts it when there is no floor); -1 with errno on failure.  `fd` stays open.
+int dup_high(int fd) noexcept;
+
 }  // namespace rdmasock::util
