@@ -167,6 +167,26 @@ Victim prepare_victim(int oldfd, int fd2) noexcept
     return v;
 }
 
+// The library's own calls on a connection's TCP socket (flags, timeouts, polls) use the
+// number the connection was made with.  When the program closes that number (or dup2()s
+// over it) while another of its numbers stays open, they move to that one: the old
+// number may be reused at once by an unrelated file.
+void move_conn_fd(int gone, Socket &s) noexcept
+{
+    if (s.transport == nullptr)
+        return;
+    auto *c = static_cast<Conn *>(s.transport);
+    if (c->tcp_fd() != gone)
+        return;
+    int other = -1;
+    fdt::for_each([&](int fd, const SocketRef &r) {
+        if (other < 0 && fd != gone && r.get() == &s)
+            other = fd;
+    });
+    if (other >= 0)
+        c->renumber(gone, other);
+}
+
 // After a successful dup onto newfd: newfd now refers to oldfd's socket (if tracked).
 void after_dup(int oldfd, int newfd, const Victim *victim) noexcept
 {
@@ -181,8 +201,12 @@ void after_dup(int oldfd, int newfd, const Victim *victim) noexcept
     } else {
         old = fdt::remove(newfd);
     }
-    if (old && old->drop_fd() && victim != nullptr && victim->s.get() == old.get())
-        log_close(newfd, *old, victim->ci);
+    if (old) {
+        if (!old->drop_fd())
+            move_conn_fd(newfd, *old);  // newfd was one of several numbers of `old`
+        else if (victim != nullptr && victim->s.get() == old.get())
+            log_close(newfd, *old, victim->ci);
+    }
     log::on_fd_closed(newfd);
 }
 
@@ -642,6 +666,9 @@ int close(int fd) noexcept
         CloseInfo ci = capture(fd, *s);
         offload::on_close(fd, *s);
         log_close(fd, *s, ci);
+    } else if (s) {
+        ErrnoGuard g;
+        move_conn_fd(fd, *s);
     }
     readiness::on_close(fd);
     log::on_fd_closed(fd);

@@ -896,6 +896,13 @@ bool Conn::continue_on(int keep) noexcept
     return true;
 }
 
+void Conn::renumber(int from, int to) noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!closed_ && tcp_fd_ == from)
+        tcp_fd_ = to;
+}
+
 void Conn::mark_closed() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
@@ -1122,6 +1129,19 @@ void Conn::maybe_credit_locked() noexcept
 
 /* ---- receive --------------------------------------------------------------------------- */
 
+size_t Conn::take_ring_locked(msghdr *msg, size_t at, size_t room, bool peek) noexcept
+{
+    const uint64_t avail = rx_prod_ - rx_cons_;
+    const size_t n = room < avail ? room : static_cast<size_t>(avail);
+    copy_ring_iov(rx_.mem, rx_.size, rx_cons_, msg, at, n, true);
+    if (!peek) {
+        rx_cons_ += n;
+        bytes_received_ += n;
+        maybe_credit_locked();
+    }
+    return n;
+}
+
 ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
 {
     sig::clear_last();  // a handler that runs from here on interrupts the call's waits
@@ -1218,6 +1238,13 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
                     bytes_received_ += static_cast<uint64_t>(r);
                 }
                 done += static_cast<size_t>(r);
+                const bool prefix_done = prefix_known_ && (peek ? static_cast<uint64_t>(r) == prefix_left_ : prefix_left_ == 0);
+                if (!waitall && done < total && prefix_done && !shut_rd_ && rx_prod_ != rx_cons_) {
+                    // The prefix ends inside this call: what the ring already holds comes
+                    // with it, as one kernel read returns everything queued (a poll that
+                    // counted both for SO_RCVLOWAT must not get a shorter read).
+                    done += take_ring_locked(msg, done, total - done, peek);
+                }
                 update_shadows_locked();
                 if (!waitall || done == total)
                     return static_cast<ssize_t>(done);
@@ -1261,14 +1288,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             continue;
         }
         if (avail > 0 && !shut_rd_) {
-            size_t n = total - done < avail ? total - done : static_cast<size_t>(avail);
-            copy_ring_iov(rx_.mem, rx_.size, rx_cons_, msg, done, n, true);
-            if (!peek) {
-                rx_cons_ += n;
-                bytes_received_ += n;
-                maybe_credit_locked();
-            }
-            done += n;
+            done += take_ring_locked(msg, done, total - done, peek);
             update_shadows_locked();
             if (!waitall || done == total)
                 return static_cast<ssize_t>(done);

@@ -126,6 +126,8 @@ public:
     // `keep` (a duplicate of the TCP socket the library owns) and true is returned; the
     // program's number may then be reused.
     bool continue_on(int keep) noexcept;
+    // The program closed number `from` (tcp_fd()) but still holds the socket as `to`.
+    void renumber(int from, int to) noexcept;
     // Before the close: a server socket still in maybe records its final reason (no
     // RDMA request came for it, or this process declined one).
     void note_closing() noexcept;
@@ -213,6 +215,9 @@ private:
                           bool with_imm, uint32_t imm, bool inline_data) noexcept;
     int post_ctrl_locked(neg::Imm t, uint32_t v) noexcept;
     void maybe_credit_locked() noexcept;
+    // Up to `room` bytes from the receive ring into the program's iovecs at offset `at`
+    // (consumed and credited unless `peek`); returns how many.
+    size_t take_ring_locked(msghdr *msg, size_t at, size_t room, bool peek) noexcept;
     int repost_recv_locked(unsigned n) noexcept;
     // Stage `want` bytes of `msg` (from `skip`) and post them, or only stage them when
     // `hold` (coalescing; flush_locked() posts them later).

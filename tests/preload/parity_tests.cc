@@ -100,7 +100,7 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
     static const std::set<std::string> one_pair = {
         "stream rw inet", "stream iov inet", "stream sendrecv inet", "stream msg inet",
         "stream sendfile inet", "epipe", "eagain", "fill", "connstate", "epoll-lt", "epoll-et",
-        "epoll-oneshot", "epoll-rdhup", "epoll-nested", "peek", "waitall", "dontwait", "dup",
+        "epoll-oneshot", "epoll-rdhup", "epoll-nested", "peek", "waitall", "dontwait", "dup", "dup-reuse",
         // unix: its only TCP connection is the one passed with SCM_RIGHTS
         "unix", "closelog inet exact", "closelog inet eof", "closelog-queued inet"};
     static const std::set<std::string> one_pair6 = {
@@ -1085,6 +1085,22 @@ dup2(b, b) = 5
 dup3(b, b, 0) = -1 EINVAL
 dup3 bad flags = -1 EINVAL
 dup2 onto a negative fd = -1 EBADF
+)")
+
+// A connection's first number closed and taken by a new nonblocking socket with a 1 ms
+// receive timeout: the duplicate still blocks until the peer writes (RDMA mode: the
+// library must not ask the new socket for the connection's flags or timeouts).
+PARITY_CASE(dup_then_number_reused, ({"dup-reuse"}), nullptr,
+R"(fcntl(a, F_DUPFD, 100) = 100
+close(a) = 0
+a new socket takes a's number: yes
+SO_RCVTIMEO 1 ms on the new socket = 0
+blocking read via the duplicate (b writes 300 ms later) = 4
+bytes = late
+write via the duplicate = 4
+b reads = 4
+bytes = back
+b reads EOF after the duplicate's close = 0
 )")
 
 // RDMA mode: dup2() over a live offloaded socket closes its connection as close() does

@@ -1759,6 +1759,41 @@ int sc_dup(const Args &)
     return 0;
 }
 
+// The first number of a duplicated connection is closed and taken at once by a new
+// socket, nonblocking and with a 1 ms SO_RCVTIMEO: the connection goes on through the
+// duplicate, blocking as before, untouched by the new socket's flags and options.
+int sc_dup_reuse(const Args &)
+{
+    Conn p = tcp_pair(AF_INET);
+    int a = p.c, b = p.s;
+    int d = static_cast<int>(SHOW("fcntl(a, F_DUPFD, 100)", fcntl(a, F_DUPFD, 100)));
+    SHOW("close(a)", close(a));
+    int n0 = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    int n = dup2(n0, a);  // (the lowest free number may be another: put it on a's)
+    close(n0);
+    out("a new socket takes a's number: %s", n == a ? "yes" : "no");
+    timeval tv{0, 1000};
+    SHOW("SO_RCVTIMEO 1 ms on the new socket", setsockopt(n, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv));
+    std::thread t([b] {
+        usleep(300000);
+        if (write(b, "late", 4) != 4)
+            out("b's write failed: %s", ename(errno));
+    });
+    char buf[16] = {};
+    SHOW("blocking read via the duplicate (b writes 300 ms later)", read(d, buf, sizeof buf));
+    t.join();
+    out("bytes = %.4s", buf);
+    SHOW("write via the duplicate", write(d, "back", 4));
+    SHOW("b reads", read_n(b, buf, 4));
+    out("bytes = %.4s", buf);
+    close(n);
+    close(d);
+    wait_for(b, POLLIN);
+    SHOW("b reads EOF after the duplicate's close", read(b, buf, sizeof buf));
+    close(b);
+    return 0;
+}
+
 int sc_dup2_live(const Args &)
 {
     Conn p1 = tcp_pair(AF_INET), p2 = tcp_pair(AF_INET);
@@ -2524,6 +2559,7 @@ const Scenario kScenarios[] = {
     {"halfclose", sc_halfclose, ""},
     {"dup", sc_dup, ""},
     {"dup2-live", sc_dup2_live, ""},
+    {"dup-reuse", sc_dup_reuse, ""},
     {"fork", sc_fork, ""},
     {"close-read", sc_close_read, ""},
     {"signals", sc_signals, ""},
