@@ -887,10 +887,9 @@ void Conn::note_closing() noexcept
 bool Conn::continue_on(int keep) noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
-    // Only on RDMA and past the server's bytes from before the switch: from there on no
-    // path reads or writes through the program's number.
-    if (closed_ || phase_.load() != Phase::rdma || failed_ || reset_ || peer_closed_ || urgent_ ||
-        (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0)))
+    // Only on RDMA: from there on no path reads or writes through the program's number
+    // (the server's bytes from before its switch are read through tcp_fd_).
+    if (closed_ || phase_.load() != Phase::rdma || failed_ || reset_ || peer_closed_ || urgent_)
         return false;
     tcp_fd_ = keep;
     return true;
