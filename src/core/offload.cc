@@ -504,7 +504,7 @@ void Engine::handle(rdma_cm_event *ev) noexcept
                 break;
             }
             id->context = nullptr;
-            Parked p{owned, h, Clock::now() + Ms(2 * rt::config().probe_timeout_ms + 100)};
+            Parked p{owned, h, Clock::now() + answer_window()};
             auto mit = maybe.find(k);
             // Accepted only for a connection this process accepted and has started to
             // read from (or wait for input on): a process that accepts and forks a
@@ -785,7 +785,7 @@ bool Engine::client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) 
             // Nothing waits for this: the program uses the TCP connection meanwhile.  A
             // connect() that waits (RDMASOCK_CONNECT_WAIT) is bounded by the probe timeout.
             const int tmo = static_cast<int>(rt::config().probe_timeout_ms);
-            n.deadline = Clock::now() + Ms(n.wait ? tmo : 2 * tmo + 1000);
+            n.deadline = Clock::now() + (n.wait ? Ms(tmo) : switch_window());
         }
     }
     if (r != Reason::none)
@@ -803,7 +803,7 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
     case RDMA_CM_EVENT_ADDR_RESOLVED:
         if (rdma_resolve_route(n.id->get(), tmo) != 0)
             r = Reason::no_route;
-        n.deadline = Clock::now() + Ms(2 * tmo + 100);
+        n.deadline = Clock::now() + answer_window();
         break;
     case RDMA_CM_EVENT_ESTABLISHED: {
         neg::Accept a;
@@ -926,7 +926,7 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
     n.conn = conn;
     n.wait = wait;
     n.t0 = Clock::now();
-    n.deadline = n.t0 + Ms(2 * tmo + 100);
+    n.deadline = n.t0 + answer_window();
     rdma_cm_id *id = n.id->get();
     {
         std::shared_ptr<rdma::CmId> drop;  // destroyed after the lock is released
@@ -996,7 +996,7 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
     auto conn = std::make_shared<Conn>(Conn::Side::server, fd);
     conn->set_self(conn);
     conn->set_socket(&s);
-    conn->set_maybe_deadline(Clock::now() + Ms(2 * rt::config().probe_timeout_ms + 1000));
+    conn->set_maybe_deadline(Clock::now() + switch_window());
     s.transport = conn.get();
     s.reason.store(Reason::pending, std::memory_order_relaxed);
     {

@@ -6,6 +6,9 @@
 // or a connect() while an RDMA device is present), never at load.
 #pragma once
 
+#include <chrono>
+
+#include "core/runtime.hh"
 #include "core/socket.hh"
 
 namespace rdmasock {
@@ -13,6 +16,20 @@ class Conn;
 }
 
 namespace rdmasock::offload {
+
+// The negotiation's time windows (docs/protocol.md), from RDMASOCK_PROBE_TIMEOUT_MS:
+// a server answers an RDMA request within answer_window() (it parks one until the
+// connection is read, and declines it then); it holds an undecided connection, and
+// waits for a SWITCH and its CONFIRM, for switch_window() (longer, so that no answer
+// within the first can come after the second).
+inline std::chrono::milliseconds answer_window() noexcept
+{
+    return std::chrono::milliseconds(2 * rt::config().probe_timeout_ms + 100);
+}
+inline std::chrono::milliseconds switch_window() noexcept
+{
+    return std::chrono::milliseconds(2 * rt::config().probe_timeout_ms + 1000);
+}
 
 // connect() made (or, nonblocking, started) the TCP connection `fd`: start negotiating
 // RDMA in the background (the program uses the TCP connection meanwhile), or record

@@ -295,17 +295,7 @@ Reason Conn::client_established() noexcept
     }
     switch_wr_ = wr_posted_;
     confirm_pending_.store(true);
-    set_rcvlowat(lowat);
-    phase_.store(Phase::rdma, std::memory_order_release);
-    // Wake a poll/select sleeping on the pre-switch readiness (it starts over with the
-    // eventfds); the first update by a watcher drains it if not readable.
-    efd_write(rd_efd_, 1);
-    rd_set_ = true;
-    leave_pending_locked();
-    if (sock_ != nullptr)
-        sock_->reason.store(Reason::none, std::memory_order_relaxed);
-    rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
-    switch_epoll_locked();
+    enter_rdma_locked(lowat);
     RS_DEBUG("connection fd=%d: client switched to RDMA after %llu TCP bytes", tcp_fd_,
              static_cast<unsigned long long>(tcp_sent_));
     return Reason::none;
@@ -350,8 +340,7 @@ bool Conn::begin_verify(const neg::Nonce &n) noexcept
     // From here on no TCP byte is delivered beyond what the SWITCH will name; a peer
     // that never sends it (a third party that knew the 4-tuple) holds the stream only
     // this long.
-    gate_deadline_ = std::chrono::steady_clock::now() +
-                     std::chrono::milliseconds(2 * rt::config().probe_timeout_ms + 1000);
+    gate_deadline_ = std::chrono::steady_clock::now() + offload::switch_window();
     phase_.store(Phase::verifying, std::memory_order_release);
     // The progress thread takes the SWITCH in as it arrives and wakes whoever waits.
     verify_watch_.store(true);
@@ -563,8 +552,7 @@ void Conn::handle_recv_locked(uint32_t imm) noexcept
                  static_cast<unsigned long long>(tcp_read_));
         // The CONFIRM is on its way behind the n bytes: allow it the time a TCP stream
         // needs to catch up, not more (a third party cannot write into the stream).
-        gate_deadline_ = std::chrono::steady_clock::now() +
-                         std::chrono::milliseconds(2 * rt::config().probe_timeout_ms + 1000);
+        gate_deadline_ = std::chrono::steady_clock::now() + offload::switch_window();
         efd_write(rd_efd_, 1);
         break;
     default:
@@ -912,10 +900,10 @@ void Conn::mark_closed() noexcept
 int Conn::presw_step_locked() noexcept
 {
     const Phase p = phase_.load();
-    const auto now = std::chrono::steady_clock::now();
     if (p == Phase::maybe) {
         // A server's connection that no RDMA request claimed in time is plain TCP.
-        if (side_ == Side::server && maybe_deadline_.time_since_epoch().count() != 0 && now > maybe_deadline_) {
+        if (side_ == Side::server && maybe_deadline_.time_since_epoch().count() != 0 &&
+            std::chrono::steady_clock::now() > maybe_deadline_) {
             decide_tcp_locked(undecided_reason());
             return -1;
         }
@@ -926,13 +914,8 @@ int Conn::presw_step_locked() noexcept
     poll_cq_locked();  // the SWITCH
     if (phase_.load() != Phase::verifying)
         return phase_.load() == Phase::rdma ? 1 : -1;
-    if (!switch_known_) {
-        if (now > gate_deadline_) {
-            give_up_verify_locked(Reason::timeout);
-            return -1;
-        }
-        return 0;
-    }
+    if (!switch_known_)
+        return gate_expired_locked();
     if (tcp_read_ < switch_at_)
         return 0;
     return try_confirm_locked();
@@ -972,6 +955,14 @@ ssize_t Conn::presw_recv_locked(msghdr *msg, size_t done, size_t total, uint64_t
     return r;
 }
 
+int Conn::gate_expired_locked() noexcept
+{
+    if (std::chrono::steady_clock::now() <= gate_deadline_)
+        return 0;
+    give_up_verify_locked(Reason::timeout);
+    return -1;
+}
+
 void Conn::give_up_verify_locked(Reason why) noexcept
 {
     RS_DEBUG("connection fd=%d: no valid SWITCH/CONFIRM from the RDMA peer (%s): TCP", tcp_fd_,
@@ -988,13 +979,8 @@ int Conn::try_confirm_locked() noexcept
         return 0;
     uint8_t buf[neg::kConfirmSize];
     ssize_t n = RS_REAL(recv)(tcp_fd_, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-        if (std::chrono::steady_clock::now() > gate_deadline_) {
-            give_up_verify_locked(Reason::timeout);
-            return -1;
-        }
-        return 0;
-    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return gate_expired_locked();
     if (n <= 0) {
         give_up_verify_locked(Reason::bad_message);
         return -1;
@@ -1004,13 +990,8 @@ int Conn::try_confirm_locked() noexcept
         give_up_verify_locked(Reason::bad_message);
         return -1;
     }
-    if (m == neg::ConfirmMatch::partial) {
-        if (std::chrono::steady_clock::now() > gate_deadline_) {
-            give_up_verify_locked(Reason::timeout);
-            return -1;
-        }
-        return 0;
-    }
+    if (m == neg::ConfirmMatch::partial)
+        return gate_expired_locked();
     n = RS_REAL(recv)(tcp_fd_, buf, sizeof buf, MSG_DONTWAIT);
     if (n != static_cast<ssize_t>(sizeof buf)) {
         give_up_verify_locked(Reason::bad_message);
@@ -1023,19 +1004,9 @@ int Conn::try_confirm_locked() noexcept
         fail("cannot announce the TCP prefix");
         return 1;
     }
-    set_rcvlowat(socket_rcvlowat(tcp_fd_));
-    phase_.store(Phase::rdma, std::memory_order_release);
+    enter_rdma_locked(socket_rcvlowat(tcp_fd_));
     if (verify_watch_.exchange(false))
         refresh_watch();
-    // Wake a poll/select that waits on this socket's pre-switch readiness (it starts
-    // over with the eventfds); the first update by a watcher drains it if not readable.
-    efd_write(rd_efd_, 1);
-    rd_set_ = true;
-    leave_pending_locked();
-    if (sock_ != nullptr)
-        sock_->reason.store(Reason::none, std::memory_order_relaxed);
-    rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
-    switch_epoll_locked();
     // No eventfd update here: it could drain the wake-up just written before the
     // thread waiting for the switch has run.
     RS_DEBUG("connection fd=%d: server switched to RDMA after %llu TCP bytes", tcp_fd_,
@@ -1043,7 +1014,20 @@ int Conn::try_confirm_locked() noexcept
     return 1;
 }
 
-void Conn::switch_epoll_locked() noexcept { readiness::on_switch_to_rdma(tcp_fd_, *this); }
+void Conn::enter_rdma_locked(int lowat) noexcept
+{
+    set_rcvlowat(lowat);
+    phase_.store(Phase::rdma, std::memory_order_release);
+    // Wake a poll/select sleeping on the pre-switch readiness (it starts over with the
+    // eventfds); the first update by a watcher drains it if not readable.
+    efd_write(rd_efd_, 1);
+    rd_set_ = true;
+    leave_pending_locked();
+    if (sock_ != nullptr)
+        sock_->reason.store(Reason::none, std::memory_order_relaxed);
+    rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
+    readiness::on_switch_to_rdma(tcp_fd_, *this);
+}
 
 void Conn::leave_pending_locked() noexcept
 {

@@ -122,9 +122,8 @@ public:
     // The program closed the TCP fd: its number may be reused, never touch it again.
     void mark_closed() noexcept;
     // close() while other threads of the program are in calls on this connection: when
-    // it is on RDMA with nothing left to read from the TCP socket, it goes on through
-    // `keep` (a duplicate of the TCP socket the library owns) and true is returned; the
-    // program's number may then be reused.
+    // it is on RDMA, it goes on through `keep` (a duplicate of the TCP socket the library
+    // owns) and true is returned; the program's number may then be reused.
     bool continue_on(int keep) noexcept;
     // The program closed number `from` (tcp_fd()) but still holds the socket as `to`.
     void renumber(int from, int to) noexcept;
@@ -238,7 +237,11 @@ private:
     // Client: write (the rest of) the CONFIRM once the SWITCH has completed.
     void push_confirm_locked() noexcept;
     void give_up_verify_locked(Reason why) noexcept;
-    void switch_epoll_locked() noexcept;
+    // Server, verifying: 0 while the SWITCH/CONFIRM may still come, else decided tcp
+    // (timeout) and -1.
+    int gate_expired_locked() noexcept;
+    // Both sides, at the switch: phase rdma, readiness moves to the eventfds.
+    void enter_rdma_locked(int lowat) noexcept;
     void leave_pending_locked() noexcept;
     void decide_tcp_locked(Reason why) noexcept;
     // Wait (outside mu_) until the shadow `efd` is ready for `events` or the TCP fd for

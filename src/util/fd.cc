@@ -30,7 +30,7 @@ int move_high(int fd) noexcept
     if (fd < 0 || floor < 0 || fd >= floor)
         return fd;
     int saved = errno;
-    int high = RS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, floor);
+    int high = dup_high(fd);
     if (high >= 0)
         RS_REAL(close)(fd);
     errno = saved;
