@@ -733,6 +733,9 @@ int fcntl(int fd, int cmd, void *arg) noexcept
     if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
         ErrnoGuard g;
         after_dup(fd, r, nullptr);
+    } else if (r >= 0 && cmd == F_SETFL) {
+        if (SocketRef s = offloaded_socket(fd))
+            static_cast<Conn *>(s->transport)->note_nonblocking(reinterpret_cast<intptr_t>(arg) & O_NONBLOCK);
     }
     return r;
 }
@@ -741,6 +744,12 @@ int ioctl(int fd, unsigned long request, void *arg) noexcept
 {
     SocketRef s = offloaded_socket(fd);
     auto *c = s ? static_cast<Conn *>(s->transport) : nullptr;
+    if (c != nullptr && request == FIONBIO && arg != nullptr) {
+        int r = RS_REAL(ioctl)(fd, request, arg);
+        if (r == 0)
+            c->note_nonblocking(*static_cast<const int *>(arg) != 0);
+        return r;
+    }
     if (c == nullptr || c->phase() != Conn::Phase::rdma || arg == nullptr)
         return RS_REAL(ioctl)(fd, request, arg);
     if (request == FIONREAD) {  // == SIOCINQ

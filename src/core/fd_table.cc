@@ -30,27 +30,6 @@ Slot *chunk_for(unsigned u, bool create) noexcept
 
 }  // namespace
 
-SocketRef get(int fd) noexcept
-{
-    unsigned u = static_cast<unsigned>(fd);
-    if (u >= kMaxFd)
-        return {};
-    Slot *chunk = chunk_for(u, false);
-    if (chunk == nullptr)
-        return {};
-    Slot &slot = chunk[u & (kChunkSize - 1)];
-    for (;;) {
-        Socket *s = slot.load(std::memory_order_acquire);
-        if (s == nullptr)
-            return {};
-        if (!s->try_acquire())
-            continue;  // being torn down: the slot must have changed; reload
-        if (slot.load(std::memory_order_acquire) == s)
-            return SocketRef::adopt(s);
-        s->release();  // the fd was closed (and maybe reused) meanwhile
-    }
-}
-
 SocketRef install(int fd, const SocketRef &s, bool *ok) noexcept
 {
     unsigned u = static_cast<unsigned>(fd);

@@ -42,8 +42,28 @@ inline bool offloaded(int fd) noexcept
     return s != nullptr && __builtin_expect(s->offloaded(), 0);
 }
 
-// A counted reference to fd's socket, or null.
-SocketRef get(int fd) noexcept;
+// A counted reference to fd's socket, or null.  (Inline: every call of the program on
+// an offloaded socket starts here.)
+inline SocketRef get(int fd) noexcept
+{
+    unsigned u = static_cast<unsigned>(fd);
+    if (__builtin_expect(u >= kMaxFd, 0))
+        return {};
+    Slot *chunk = g_top[u >> kChunkBits].load(std::memory_order_acquire);
+    if (chunk == nullptr)
+        return {};
+    Slot &slot = chunk[u & (kChunkSize - 1)];
+    for (;;) {
+        Socket *s = slot.load(std::memory_order_acquire);
+        if (s == nullptr)
+            return {};
+        if (!s->try_acquire())
+            continue;  // being torn down: the slot must have changed; reload
+        if (__builtin_expect(slot.load(std::memory_order_acquire) == s, 1))
+            return SocketRef::adopt(s);
+        s->release();  // the fd was closed (and maybe reused) meanwhile
+    }
+}
 
 // Put `s` in fd's slot (taking a new reference); returns the previous occupant, if any.
 // Returns false in `ok` when fd is out of range or the chunk could not be allocated.

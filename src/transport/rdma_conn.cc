@@ -88,10 +88,12 @@ void copy_ring_iov(uint8_t *ring, size_t size, uint64_t pos, const msghdr *m, si
         size_t first = chunk < size - off ? chunk : size - off;
         if (to_iov) {
             util::bulk_copy(base, ring + off, first);
-            util::bulk_copy(base + first, ring, chunk - first);
+            if (chunk > first)
+                util::bulk_copy(base + first, ring, chunk - first);
         } else {
             util::bulk_copy(ring + off, base, first);
-            util::bulk_copy(ring, base + first, chunk - first);
+            if (chunk > first)
+                util::bulk_copy(ring, base + first, chunk - first);
         }
         pos += chunk;
         n -= chunk;
@@ -377,7 +379,15 @@ void Conn::abandon_rdma() noexcept
 bool Conn::nonblocking() const noexcept
 {
     int fl = RS_REAL(fcntl)(tcp_fd_, F_GETFL, nullptr);
-    return fl >= 0 && (fl & O_NONBLOCK);
+    const bool nb = fl >= 0 && (fl & O_NONBLOCK);
+    nb_seen_.store(nb ? 1 : 0, std::memory_order_relaxed);
+    return nb;
+}
+
+bool Conn::spin_before_flag_check(int flags) const noexcept
+{
+    return !(flags & MSG_DONTWAIT) && rt::config().busy_poll_us > 0 &&
+           nb_seen_.load(std::memory_order_relaxed) == 0;
 }
 
 /* ---- completions ---------------------------------------------------------------------- */
@@ -436,6 +446,8 @@ void Conn::poll_cq_locked() noexcept
                 wr_completed_ = w.wr_id;  // signalled: covers every earlier request
             }
         }
+        if (n < 32)
+            break;  // the queue had no more (one poll less on every call that found one)
     }
     if (!failed_ && recv_posted_ < kRecvDepth / 2)
         repost_recv_locked(kRecvDepth - recv_posted_);
@@ -755,7 +767,7 @@ unsigned Conn::poll_mask(int) noexcept
 }
 
 int Conn::wait(int efd, short events, short tcp_events, bool for_send,
-               std::unique_lock<std::mutex> &lk, Deadline &dl) noexcept
+               std::unique_lock<std::mutex> &lk, Deadline &dl, bool check_nonblocking) noexcept
 {
     // A server waiting for the client's SWITCH sleeps on its completions too.
     const Phase ph = phase_.load();
@@ -767,22 +779,33 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send,
     long spin_us = rt::config().busy_poll_us;
     std::chrono::steady_clock::time_point spun_from{};
     if (spin_us > 0 && have_cq && tcp_events == 0) {
-        // (The clock is read once in 16 polls: where it is no vDSO read, e.g. an HPET
-        // clock source, each read is a system call that would delay seeing the data.)
-        spun_from = std::chrono::steady_clock::now();
-        const auto end = spun_from + std::chrono::microseconds(spin_us);
+        // (The clock is read once in 16 polls, the first time after 16: where it is no
+        // vDSO read, e.g. an HPET clock source, each read is a system call that would
+        // delay seeing the data.  The spin is longer than the tunable by those 16 polls.)
+        std::chrono::steady_clock::time_point end{};
         for (unsigned i = 1;; ++i) {
             poll_cq_locked();
             update_shadows_locked();
             if (efd == rd_efd_ ? readable_locked() : writable_locked())
-                return 0;
+                return 1;  // (the completion queue was just polled)
             lk.unlock();
             __builtin_ia32_pause();
             lk.lock();
-            if (i % 16 == 0 && std::chrono::steady_clock::now() >= end)
-                break;
+            if (i % 16 == 0) {
+                const auto now = std::chrono::steady_clock::now();
+                if (i == 16) {
+                    spun_from = now;
+                    end = now + std::chrono::microseconds(spin_us);
+                } else if (now >= end) {
+                    break;
+                }
+            }
         }
     }
+    // The spin came before the O_NONBLOCK check (spin_before_flag_check): a socket that
+    // is nonblocking after all (another process changed the flag) does not sleep.
+    if (check_nonblocking && nonblocking())
+        return -EAGAIN;
     int tmo = timeout_ms(tcp_fd_, for_send);
     const bool has_timeout = tmo >= 0;
     if (has_timeout) {
@@ -842,6 +865,8 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send,
         poll_cq_locked();
         update_shadows_locked();
         cv_.notify_all();
+        if (!(efd == rd_efd_ && (p[0].revents & POLLIN) && !rd_set_))
+            return 1;  // (the completion queue was just polled)
     }
     // A stale wake-up of a level flag we are about to recompute: drain it.
     if (efd == rd_efd_ && (p[0].revents & POLLIN) && !rd_set_)
@@ -1131,6 +1156,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
     std::unique_lock<std::mutex> lk(mu_);
     Deadline dl;
     bool lowat_gave_up = false;
+    bool just_polled = false;  // wait() polled the completion queue as it returned
     const size_t total = iov_total(msg);
     size_t done = 0;
     const bool peek = flags & MSG_PEEK;
@@ -1200,7 +1226,9 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             efd_drain(rd_efd_);
             continue;
         }
-        poll_cq_locked();
+        if (!just_polled)
+            poll_cq_locked();
+        just_polled = false;
         if (total == 0)
             return 0;
         if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0)) {
@@ -1288,12 +1316,16 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             }
             return 0;
         }
-        if ((flags & MSG_DONTWAIT) || nonblocking())
+        // (Busy-poll mode: a socket last seen blocking spins first; wait() reads the flag
+        // before it sleeps.)
+        const bool spin_first = spin_before_flag_check(flags);
+        if (!spin_first && ((flags & MSG_DONTWAIT) || nonblocking()))
             return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
         flush_locked();  // about to sleep for input: what we coalesced goes out first
-        int w = wait(rd_efd_, POLLIN, 0, false, lk, dl);
+        int w = wait(rd_efd_, POLLIN, 0, false, lk, dl, spin_first);
         if (w < 0)
             return done > 0 ? static_cast<ssize_t>(done) : w;
+        just_polled = w > 0;
     }
 }
 

@@ -138,6 +138,8 @@ public:
 
     // SO_RCVLOWAT of the socket (setsockopt hook; read from the socket at the switch).
     void set_rcvlowat(int v) noexcept { rcvlowat_.store(v < 1 ? 1 : v, std::memory_order_relaxed); }
+    // O_NONBLOCK as the program just set it (F_SETFL, FIONBIO hooks).
+    void note_nonblocking(bool on) noexcept { nb_seen_.store(on ? 1 : 0, std::memory_order_relaxed); }
     // FIONREAD / SIOCINQ and SIOCOUTQ.
     int bytes_readable() noexcept;
     int bytes_unacked() noexcept;
@@ -253,10 +255,16 @@ private:
         std::chrono::steady_clock::time_point at{};
     };
     // tcp_events: what to wait for on the TCP socket too (0: nothing; POLLIN: bytes
-    // before the peer's switch; POLLOUT: room for ours before our switch).
+    // before the peer's switch; POLLOUT: room for ours before our switch).  Returns < 0
+    // (-errno: timeout, signal), 0 (look again), or 1 (look again: the completion queue
+    // has just been polled).  check_nonblocking: the caller skipped its O_NONBLOCK check
+    // (spin_before_flag_check); it is made after the spin.
     int wait(int efd, short events, short tcp_events, bool for_send, std::unique_lock<std::mutex> &lk,
-             Deadline &dl) noexcept;
+             Deadline &dl, bool check_nonblocking = false) noexcept;
     bool nonblocking() const noexcept;
+    // Whether a blocking call may skip reading O_NONBLOCK before its busy-poll spin: the
+    // flag was last seen clear (wait() reads it after the spin, before it sleeps).
+    bool spin_before_flag_check(int flags) const noexcept;
 
     const Side side_;
     int tcp_fd_;  // the program's number; continue_on() may move it to the library's duplicate
@@ -287,6 +295,11 @@ private:
     bool comp_watched_ = false; // under watch_mu_
     std::atomic<Reason> declined_{Reason::none};
     std::atomic<int> rcvlowat_{1};
+    // O_NONBLOCK as last seen: -1 unknown, 0 clear, 1 set.  Set by every read of the flag
+    // and by the program's F_SETFL/FIONBIO through the library.  Only busy-poll mode uses
+    // it, and only to spin before reading the flag (another process sharing the socket
+    // may have changed it: the flag is read again before any sleep).
+    mutable std::atomic<int> nb_seen_{-1};
     int waiters_ = 0;  // threads asleep in wait() (under mu_)
     std::atomic<bool> interested_{false};
     bool wr_blocked_ = false;  // wr_efd_ holds the "not writable" value

@@ -100,7 +100,7 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
     static const std::set<std::string> one_pair = {
         "stream rw inet", "stream iov inet", "stream sendrecv inet", "stream msg inet",
         "stream sendfile inet", "epipe", "eagain", "fill", "connstate", "epoll-lt", "epoll-et",
-        "epoll-oneshot", "epoll-rdhup", "epoll-nested", "peek", "waitall", "dontwait", "dup", "dup-reuse",
+        "epoll-oneshot", "epoll-rdhup", "epoll-nested", "peek", "waitall", "dontwait", "dup", "dup-reuse", "nonblock-elsewhere",
         // unix: its only TCP connection is the one passed with SCM_RIGHTS
         "unix", "closelog inet exact", "closelog inet eof", "closelog-queued inet"};
     static const std::set<std::string> one_pair6 = {
@@ -1101,6 +1101,28 @@ write via the duplicate = 4
 b reads = 4
 bytes = back
 b reads EOF after the duplicate's close = 0
+)")
+
+// O_NONBLOCK set behind the library's back (the raw system call, as another process
+// sharing the socket would): reads follow the flag the kernel holds, also in busy-poll
+// mode (which spins before it reads the flag); and set and cleared through fcntl/FIONBIO.
+PARITY_CASE(nonblock_set_elsewhere, ({"nonblock-elsewhere"}), nullptr,
+R"(blocking read (b writes 200 ms later) = 4
+O_NONBLOCK by the raw system call = 0
+read with nothing there = -1 EAGAIN
+recv with nothing there = -1 EAGAIN
+cleared by the raw system call = 0
+blocking read again (b writes 200 ms later) = 4
+FIONBIO on = 0
+read with nothing there = -1 EAGAIN
+FIONBIO off = 0
+blocking read after FIONBIO off = 4
+F_SETFL O_NONBLOCK = 0
+read with nothing there = -1 EAGAIN
+F_SETFL blocking = 0
+blocking read after F_SETFL = 4
+bytes = four
+b reads EOF = 0
 )")
 
 // RDMA mode: dup2() over a live offloaded socket closes its connection as close() does

@@ -1794,6 +1794,54 @@ int sc_dup_reuse(const Args &)
     return 0;
 }
 
+// O_NONBLOCK changed where the library cannot see it (the raw system call, as another
+// process sharing the socket would): a blocking read made before learns nothing, the
+// next read must still follow the flag the kernel holds (busy-poll mode spins before it
+// reads the flag, then must not sleep).  Then set and cleared through fcntl and FIONBIO.
+int sc_nonblock_elsewhere(const Args &)
+{
+    Conn p = tcp_pair(AF_INET);
+    int a = p.c, b = p.s;
+    char buf[16] = {};
+    auto late_write = [b](const char *what) {
+        return std::thread([b, what] {
+            usleep(200000);
+            if (write(b, what, 4) != 4)
+                out("b's write failed: %s", ename(errno));
+        });
+    };
+    std::thread t = late_write("one_");
+    SHOW("blocking read (b writes 200 ms later)", read(a, buf, sizeof buf));
+    t.join();
+    SHOW("O_NONBLOCK by the raw system call", syscall(SYS_fcntl, a, F_SETFL, O_RDWR | O_NONBLOCK));
+    SHOW("read with nothing there", read(a, buf, sizeof buf));
+    SHOW("recv with nothing there", recv(a, buf, sizeof buf, 0));
+    SHOW("cleared by the raw system call", syscall(SYS_fcntl, a, F_SETFL, O_RDWR));
+    t = late_write("two_");
+    SHOW("blocking read again (b writes 200 ms later)", read(a, buf, sizeof buf));
+    t.join();
+    int on = 1;
+    SHOW("FIONBIO on", ioctl(a, FIONBIO, &on));
+    SHOW("read with nothing there", read(a, buf, sizeof buf));
+    on = 0;
+    SHOW("FIONBIO off", ioctl(a, FIONBIO, &on));
+    t = late_write("thre");
+    SHOW("blocking read after FIONBIO off", read(a, buf, sizeof buf));
+    t.join();
+    SHOW("F_SETFL O_NONBLOCK", fcntl(a, F_SETFL, fcntl(a, F_GETFL) | O_NONBLOCK));
+    SHOW("read with nothing there", read(a, buf, sizeof buf));
+    SHOW("F_SETFL blocking", fcntl(a, F_SETFL, fcntl(a, F_GETFL) & ~O_NONBLOCK));
+    t = late_write("four");
+    SHOW("blocking read after F_SETFL", read(a, buf, sizeof buf));
+    t.join();
+    out("bytes = %.4s", buf);
+    close(a);
+    wait_for(b, POLLIN);
+    SHOW("b reads EOF", read(b, buf, sizeof buf));
+    close(b);
+    return 0;
+}
+
 int sc_dup2_live(const Args &)
 {
     Conn p1 = tcp_pair(AF_INET), p2 = tcp_pair(AF_INET);
@@ -2560,6 +2608,7 @@ const Scenario kScenarios[] = {
     {"dup", sc_dup, ""},
     {"dup2-live", sc_dup2_live, ""},
     {"dup-reuse", sc_dup_reuse, ""},
+    {"nonblock-elsewhere", sc_nonblock_elsewhere, ""},
     {"fork", sc_fork, ""},
     {"close-read", sc_close_read, ""},
     {"signals", sc_signals, ""},
