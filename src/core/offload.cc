@@ -916,12 +916,12 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
     s.reason.store(Reason::pending, std::memory_order_relaxed);
     conn->enter_pending();
     s.set_offloaded(true);
-    // Peer port 0 is not meaningful for rdma_cm; use the TCP connection's addresses.
+    // The request leaves from the TCP connection's own address and port (in the RDMA
+    // port space).  A port rdma_cm picked at random could be one that a TCP listener of
+    // this host is given later (while this id lingers after the close): that listener
+    // would then get no RDMA listener.  The TCP connection's port is the kernel's to
+    // give out, and it does not give it to a listener while the connection holds it.
     sockaddr_storage src = n.local;
-    if (src.ss_family == AF_INET)
-        reinterpret_cast<sockaddr_in *>(&src)->sin_port = 0;
-    else
-        reinterpret_cast<sockaddr_in6 *>(&src)->sin6_port = 0;
     const int tmo = static_cast<int>(rt::config().probe_timeout_ms);
     n.conn = conn;
     n.wait = wait;
@@ -934,7 +934,16 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
         e->conns.emplace(conn.get(), conn);
         e->clients.emplace(conn.get(), std::move(n));
         // Under the lock: the events it produces are handled once the entry exists.
-        if (rdma_resolve_addr(id, reinterpret_cast<sockaddr *>(&src), reinterpret_cast<sockaddr *>(&s.peer), tmo) != 0)
+        int rr = rdma_resolve_addr(id, reinterpret_cast<sockaddr *>(&src), reinterpret_cast<sockaddr *>(&s.peer), tmo);
+        if (rr != 0 && errno == EADDRINUSE) {
+            // (An id of an earlier connection on that port still lingers: any port.)
+            if (src.ss_family == AF_INET)
+                reinterpret_cast<sockaddr_in *>(&src)->sin_port = 0;
+            else
+                reinterpret_cast<sockaddr_in6 *>(&src)->sin6_port = 0;
+            rr = rdma_resolve_addr(id, reinterpret_cast<sockaddr *>(&src), reinterpret_cast<sockaddr *>(&s.peer), tmo);
+        }
+        if (rr != 0)
             e->finish_client(conn.get(), Reason::not_rdma_addr, drop);
         else
             e->wake();  // the progress thread's next deadline
