@@ -42,10 +42,16 @@ check-parity-rdma-busy: tests/preload/parity_tests$(EXEEXT) tests/preload/sockpr
 	$(top_srcdir)/tests/vm/run --timeout 400 -- env TEST_PARITY_BUSY_POLL_US=100 $(SHELL) \
 	  $(abs_top_srcdir)/tests/preload/run-parity-rdma $(abs_top_builddir)/tests/preload/parity_tests
 
+# The same with 8 KiB rings: streams wrap the rings and fill them (flow control,
+# partial writes, EAGAIN and wake-ups on credit) in every scenario.
+check-parity-rdma-small: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la
+	$(top_srcdir)/tests/vm/run --timeout 400 -- env TEST_PARITY_RING_KB=8 $(SHELL) \
+	  $(abs_top_srcdir)/tests/preload/run-parity-rdma $(abs_top_builddir)/tests/preload/parity_tests
+
 # The same where a device already is (inside the VM, or a host with RDMA).
 check-parity-rdma-guest: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la
 	$(SHELL) $(srcdir)/tests/preload/run-parity-rdma $(abs_top_builddir)/tests/preload/parity_tests
 
-.PHONY: check-parity-rdma check-parity-rdma-busy check-parity-rdma-guest
+.PHONY: check-parity-rdma check-parity-rdma-busy check-parity-rdma-small check-parity-rdma-guest
 EXTRA_DIST += tests/preload/run-parity-rdma tests/preload/README.md
 CLEANFILES += tests/preload/*.parity-rdma.log

@@ -22,7 +22,8 @@
 // TEST_PARITY_CONNECT_WAIT its RDMASOCK_CONNECT_WAIT (run-parity-rdma: 1, so every
 // connection's first byte already goes over RDMA), TEST_PARITY_BUSY_POLL_US its
 // RDMASOCK_BUSY_POLL_US (make check-parity-rdma-busy: the same semantics while blocking
-// calls spin on the completion queue first).
+// calls spin on the completion queue first), TEST_PARITY_RING_KB its RDMASOCK_RING_KB
+// (make check-parity-rdma-small: 8 KiB rings, so that every stream wraps and fills them).
 // tests/preload/run-parity-rdma runs this in the soft-RoCE VM (make check-parity-rdma).
 #define BOOST_TEST_MODULE rdmasock preload parity
 #include <boost/test/unit_test.hpp>
@@ -284,6 +285,9 @@ Runs parity(const std::vector<std::string> &args, const std::string &expected)
     std::string busy_us = env_str("TEST_PARITY_BUSY_POLL_US");
     if (!busy_us.empty())
         harness::set_var(env_lib, "RDMASOCK_BUSY_POLL_US", busy_us);
+    std::string ring_kb = env_str("TEST_PARITY_RING_KB");
+    if (!ring_kb.empty())
+        harness::set_var(env_lib, "RDMASOCK_RING_KB", ring_kb);
     Runs r;
     r.args = args;
     r.plain = harness::run(argv, env, run_timeout_ms());
