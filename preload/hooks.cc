@@ -146,7 +146,10 @@ void log_close(int fd, const Socket &s, const CloseInfo &ci) noexcept
 struct Victim {
     SocketRef s;
     CloseInfo ci;
+    bool deferred = false;  // handed to the calls in progress (defer_close)
 };
+
+bool defer_close(int fd, Socket &s) noexcept;
 
 // dup2/dup3 onto fd2 close fd2's socket when fd2 was its last descriptor: capture what
 // the close log needs and, when oldfd is valid (the dup will happen), close the
@@ -160,7 +163,10 @@ Victim prepare_victim(int oldfd, int fd2) noexcept
     if (v.s && v.s->fds() == 1) {
         v.ci = capture(fd2, *v.s);
         if (RS_REAL(fcntl)(oldfd, F_GETFD) >= 0) {
-            offload::on_close(fd2, *v.s);
+            // Another thread in a call on fd2's connection keeps it, as close() does.
+            v.deferred = defer_close(fd2, *v.s);
+            if (!v.deferred)
+                offload::on_close(fd2, *v.s);
             readiness::on_close(fd2);
         }
     }
@@ -204,8 +210,8 @@ void after_dup(int oldfd, int newfd, const Victim *victim) noexcept
     if (old) {
         if (!old->drop_fd())
             move_conn_fd(newfd, *old);  // newfd was one of several numbers of `old`
-        else if (victim != nullptr && victim->s.get() == old.get())
-            log_close(newfd, *old, victim->ci);
+        else if (victim != nullptr && victim->s.get() == old.get() && !victim->deferred)
+            log_close(newfd, *old, victim->ci);  // (a deferred close logs when it ends)
     }
     log::on_fd_closed(newfd);
 }

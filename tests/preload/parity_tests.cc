@@ -147,11 +147,11 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         o->rdma = 1;
         o->tcp = {"client timeout"};
     } else if (key == "close-read") {
-        // Parts 1 and 2 use offloadable pairs; part 2's new socket connects before its
-        // server end is accepted (timeout), then its server end reads a non-CONFIRM;
-        // part 3 makes no connection.
-        o->rdma = 2;
-        o->tcp = {"client timeout", "server peer_no_rdmasock"};
+        // Parts 1, 2 and 3 use offloadable pairs; the new sockets of parts 2 and 3
+        // connect before their server ends are accepted (timeout), then their server ends
+        // read a non-CONFIRM; part 4 makes no connection.
+        o->rdma = 3;
+        o->tcp = {"client timeout", "server peer_no_rdmasock", "client timeout", "server peer_no_rdmasock"};
     } else if (key == "fork") {
         // Three connections shared with a fork child, made connect-then-accept (an
         // offloaded connection cannot be used by a fork child: rdmasock(7)); the client
@@ -1165,8 +1165,9 @@ server got 13 bytes: child.parent. (child exit 0)
 // close() while another thread is blocked in read() on the socket: as the kernel's file
 // reference does, the blocked call keeps the connection open (the fd number is reused
 // at once by a new socket); the reader still gets the old peer's next bytes, and the
-// connection closes when it returns.  In RDMA mode the library hands the connection to
-// the calls in progress (hooks.cc, defer_close) and the last one closes it.
+// connection closes when it returns.  The same when dup2() puts another connection on
+// the number.  In RDMA mode the library hands the connection to the calls in progress
+// (hooks.cc, defer_close) and the last one closes it.
 PARITY_CASE(close_while_reading, ({"close-read"}), nullptr,
 R"(shutdown(SHUT_RDWR) while another thread reads = 0
 blocked reader returned 0
@@ -1184,6 +1185,16 @@ old peer writes = 4
 blocked reader returned 4: wake
 old peer reads EOF (last reference gone) = 0
 new socket still fine: mask = POLLOUT
+connect a new socket = 0
+dup2 it over the socket another thread reads = 0
+reader still blocked (poll 100ms for its end) = 0
+write via the number = 5
+the new connection's peer reads = 5
+bytes = fresh
+old peer writes = 4
+blocked reader returned 4: wake
+old peer reads EOF (last reference gone) = 0
+the new connection's peer reads EOF = 0
 shutdown a listener while another thread accepts = 0
 blocked accept returned -1 EINVAL
 )")

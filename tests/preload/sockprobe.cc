@@ -1964,6 +1964,59 @@ int sc_fork(const Args &)
     return 0;
 }
 
+// A thread blocked in read(fd) (started and waited for by the constructor): still_blocked()
+// polls 100 ms for its end.
+class BlockedReader {
+public:
+    explicit BlockedReader(int fd)
+    {
+        must(pipe2(done_, O_CLOEXEC), "pipe2");
+        t_ = std::thread([this, fd] {
+            tid_ = my_tid();
+            r_ = read(fd, rb_, sizeof rb_);
+            e_ = errno;
+            write_all(done_[1], "x", 1);
+        });
+        while (tid_.load() == 0)
+            sched_yield();
+        wait_blocked(tid_.load(), {SYS_read});
+    }
+    ~BlockedReader()
+    {
+        if (t_.joinable())
+            t_.join();
+        close(done_[0]);
+        close(done_[1]);
+    }
+    int still_blocked()
+    {
+        pollfd pf{done_[0], POLLIN, 0};
+        return poll(&pf, 1, 100);
+    }
+    // The old peer writes: the reader returns with it; then the connection, whose last
+    // reference that was, ends.
+    void wake_and_end(int peer)
+    {
+        SHOW("old peer writes", write(peer, "wake", 4));
+        t_.join();
+        if (r_ < 0)
+            out("blocked reader returned -1 %s", ename(e_));
+        else
+            out("blocked reader returned %ld: %.*s", r_, static_cast<int>(r_), rb_);
+        char b[16];
+        wait_for(peer, POLLIN);
+        SHOW("old peer reads EOF (last reference gone)", read(peer, b, sizeof b));
+    }
+
+private:
+    int done_[2] = {-1, -1};
+    std::atomic<pid_t> tid_{0};
+    long r_ = -2;
+    int e_ = 0;
+    char rb_[16] = {};
+    std::thread t_;
+};
+
 int sc_close_read(const Args &)
 {
     // 1. shutdown(SHUT_RDWR) from another thread wakes a blocked reader with 0.
@@ -1996,24 +2049,9 @@ int sc_close_read(const Args &)
     {
         Conn p = tcp_pair(AF_INET, true);
         int old = p.c;
-        int done[2];
-        must(pipe2(done, O_CLOEXEC), "pipe2");
-        std::atomic<pid_t> tid{0};
-        long r = -2;
-        int e = 0;
-        char rb[16] = {};
-        std::thread t([&] {
-            tid = my_tid();
-            r = read(old, rb, sizeof rb);
-            e = errno;
-            write_all(done[1], "x", 1);
-        });
-        while (tid.load() == 0)
-            sched_yield();
-        wait_blocked(tid.load(), {SYS_read});
+        BlockedReader reader(old);
         SHOW("close while another thread reads", close(old));
-        pollfd pf{done[0], POLLIN, 0};
-        SHOW("reader still blocked (poll 100ms for its end)", poll(&pf, 1, 100));
+        SHOW("reader still blocked (poll 100ms for its end)", reader.still_blocked());
         int n = must(socket(AF_INET, SOCK_STREAM, 0), "socket");
         out("new socket reuses the fd number: %s", n == old ? "yes" : "no");
         SHOW("connect the new socket", connect(n, reinterpret_cast<sockaddr *>(&p.laddr), p.llen));
@@ -2024,22 +2062,38 @@ int sc_close_read(const Args &)
         SHOW("its peer writes", write(ns, "reply", 5));
         SHOW("new socket reads", read_n(n, b, 5));
         out("bytes = %.5s", b);
-        SHOW("old peer writes", write(p.s, "wake", 4));
-        t.join();
-        if (r < 0)
-            out("blocked reader returned -1 %s", ename(e));
-        else
-            out("blocked reader returned %ld: %.*s", r, static_cast<int>(r), rb);
-        wait_for(p.s, POLLIN);
-        SHOW("old peer reads EOF (last reference gone)", read(p.s, b, sizeof b));
+        reader.wake_and_end(p.s);
         out("new socket still fine: mask = %s", pm(mask_now(n)).c_str());
         close(n);
         close(ns);
-        close(done[0]);
-        close(done[1]);
         close_conn(p);
     }
-    // 3. shutdown() of a listener wakes a thread blocked in accept().
+    // 3. dup2() of another connection over the socket while another thread reads: as
+    // with close(), the read stays blocked on the old connection; the number is the new
+    // connection's at once.
+    {
+        Conn p = tcp_pair(AF_INET, true);
+        int old = p.c;
+        BlockedReader reader(old);
+        int n = must(socket(AF_INET, SOCK_STREAM, 0), "socket");
+        SHOW("connect a new socket", connect(n, reinterpret_cast<sockaddr *>(&p.laddr), p.llen));
+        int ns = must(accept(p.l, nullptr, nullptr), "accept");
+        SHOW("dup2 it over the socket another thread reads", dup2(n, old) == old ? 0 : -1);
+        close(n);
+        SHOW("reader still blocked (poll 100ms for its end)", reader.still_blocked());
+        char b[16] = {};
+        SHOW("write via the number", write(old, "fresh", 5));
+        SHOW("the new connection's peer reads", read_n(ns, b, 5));
+        out("bytes = %.5s", b);
+        reader.wake_and_end(p.s);
+        close(old);
+        p.c = -1;
+        wait_for(ns, POLLIN);
+        SHOW("the new connection's peer reads EOF", read(ns, b, sizeof b));
+        close(ns);
+        close_conn(p);
+    }
+    // 4. shutdown() of a listener wakes a thread blocked in accept().
     {
         sockaddr_storage a;
         socklen_t alen;
