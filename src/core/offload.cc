@@ -991,7 +991,9 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
 {
     if (!ls.listener || ls.listener_pid != getpid() || g_engine == nullptr) {
         Reason r = rt::default_reason();
-        if (r == Reason::pending)
+        if (ls.listener && ls.listener_pid != getpid())
+            r = Reason::forked_listener;  // (the more precise of it and forked_child)
+        else if (r == Reason::pending)
             r = ls.listener ? Reason::forked_listener : Reason::no_listener;
         s.reason.store(r, std::memory_order_relaxed);
         return;
@@ -1169,6 +1171,7 @@ void after_fork_child() noexcept
     if (g_engine != nullptr) {
         new (&g_start_mu) std::mutex();
         g_engine = nullptr;  // leaked on purpose: its members refer to the parent's resources
+        rt::no_rdma_in_fork_child();
     }
 }
 

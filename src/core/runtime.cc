@@ -94,6 +94,12 @@ const Config &config() noexcept { return the_config(); }
 
 Reason default_reason() noexcept { return g_default_reason; }
 
+void no_rdma_in_fork_child() noexcept
+{
+    if (g_default_reason == Reason::pending)
+        g_default_reason = Reason::forked_child;
+}
+
 void after_fork_child() noexcept { log::after_fork_child(); }
 
 }  // namespace rdmasock::rt

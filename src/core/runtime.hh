@@ -29,6 +29,10 @@ const Config &config() noexcept;
 // Why a new connection is not on RDMA before any negotiation: no_device, disabled, or
 // pending when an RDMA device is present (the connection may still be offloaded).
 Reason default_reason() noexcept;
+// In a fork child of a process whose engine had started: no new connection is offloaded
+// (librdmacm keeps the parent's device contexts, whose use the kernel refuses the child:
+// posting on them fails with EACCES), reason forked_child.
+void no_rdma_in_fork_child() noexcept;
 
 // Number of offloaded sockets alive: zero means every wait primitive passes through.
 extern std::atomic<unsigned> g_offloaded;

@@ -146,6 +146,10 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         // leaves open (no line): the client times out.
         o->rdma = 1;
         o->tcp = {"client timeout"};
+    } else if (key == "fork-connect") {
+        // The parent's engine started with its listener: the fork child's connection
+        // stays on TCP (forked_child); the parent's end then reads plain data.
+        o->tcp = {"client forked_child", "server peer_no_rdmasock"};
     } else if (key == "close-read") {
         // Parts 1, 2 and 3 use offloadable pairs; the new sockets of parts 2 and 3
         // connect before their server ends are accepted (timeout), then their server ends
@@ -1105,6 +1109,16 @@ write via the duplicate = 4
 b reads = 4
 bytes = back
 b reads EOF after the duplicate's close = 0
+)")
+
+// A fork child of a process that already listens connects to it, writes, closes while
+// another of its threads reads, and exits: every byte, then EOF.  RDMA mode: the child's
+// connection stays on TCP with reason forked_child (it failed with "resource" before:
+// posting on the parent's device context is refused with EACCES).
+PARITY_CASE(fork_child_connects, ({"fork-connect"}), nullptr,
+R"(the read after the data = 0 (EOF)
+child exit = 0
+received 100000 bytes, verify=ok
 )")
 
 // O_NONBLOCK set behind the library's back (the raw system call, as another process

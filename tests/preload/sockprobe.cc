@@ -1842,6 +1842,57 @@ int sc_nonblock_elsewhere(const Args &)
     return 0;
 }
 
+// fork-connect: a fork child of a process that already has a listener (under the
+// library: whose engine has started) connects to it, writes, closes while another of
+// its threads is blocked reading, and exits at once.  The kernel releases the socket at
+// the exit: the parent reads every byte, then EOF.  (Under the library the child's
+// connection stays on TCP, reason forked_child: librdmacm's device contexts are the
+// parent's.)
+int sc_fork_connect(const Args &)
+{
+    const size_t n = 100000;
+    sockaddr_storage la;
+    socklen_t ll;
+    int l = tcp_listener(AF_INET, &la, &ll);
+    fflush(stdout);
+    pid_t pid = must(fork(), "fork");
+    if (pid == 0) {
+        close(l);
+        int c = must(socket(AF_INET, SOCK_STREAM, 0), "socket");
+        must(connect(c, reinterpret_cast<const sockaddr *>(&la), ll), "connect");
+        std::thread t([c] {
+            char b[16];
+            if (read(c, b, sizeof b) >= 0)
+                _exit(3);  // nothing is ever sent to it
+        });
+        t.detach();
+        usleep(100000);  // (the reader is in its read: no wait_blocked() in the child)
+        std::vector<uint8_t> b(n);
+        fill(b.data(), n, 0, kSeedC);
+        bool ok = write_all(c, b.data(), n);
+        close(c);
+        exit(ok ? 0 : 1);
+    }
+    int s = must(accept(l, nullptr, nullptr), "accept");
+    std::vector<uint8_t> b(65536);
+    RxCheck chk;
+    ssize_t r;
+    for (;;) {
+        r = read(s, b.data(), b.size());
+        if (r <= 0)
+            break;
+        chk.add(b.data(), static_cast<size_t>(r), kSeedC);
+    }
+    out("the read after the data = %s", r == 0 ? "0 (EOF)" : ename(errno));
+    int st = 0;
+    waitpid(pid, &st, 0);
+    out("child exit = %d", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    out("received %llu bytes, verify=%s", static_cast<unsigned long long>(chk.bytes), chk.verdict(n).c_str());
+    close(s);
+    close(l);
+    return 0;
+}
+
 int sc_dup2_live(const Args &)
 {
     Conn p1 = tcp_pair(AF_INET), p2 = tcp_pair(AF_INET);
@@ -2663,6 +2714,7 @@ const Scenario kScenarios[] = {
     {"dup2-live", sc_dup2_live, ""},
     {"dup-reuse", sc_dup_reuse, ""},
     {"nonblock-elsewhere", sc_nonblock_elsewhere, ""},
+    {"fork-connect", sc_fork_connect, ""},
     {"fork", sc_fork, ""},
     {"close-read", sc_close_read, ""},
     {"signals", sc_signals, ""},
