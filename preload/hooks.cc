@@ -9,6 +9,9 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
+#include <mutex>
+#include <new>
+#include <vector>
 
 #include "core/fd_table.hh"
 #include "include/rdmasock.h"
@@ -236,6 +239,18 @@ SocketRef offloaded_socket(int fd) noexcept
     return {};
 }
 
+// Connections whose close() was deferred, each with a reference: exit() finishes those
+// whose calls are still blocked (finish_deferred_at_exit).  Never freed (static
+// destructors run before the library's exit-time code).
+std::mutex g_deferred_mu;
+std::vector<SocketRef> *g_deferred = nullptr;
+
+// Whoever clears the deferred mark finishes the close: the last call, or exit().
+bool take_deferred(Socket &s) noexcept
+{
+    return (s.calls.fetch_and(~Socket::kCloseDeferred, std::memory_order_acq_rel) & Socket::kCloseDeferred) != 0;
+}
+
 // The last call of a connection whose close() was deferred finishes it: the orderly
 // close over RDMA (or the reset SO_LINGER 0 asks for), the close line under the number
 // the program closed, and the library's duplicate of the TCP socket.
@@ -248,6 +263,15 @@ void finish_deferred_close(Socket &s) noexcept
     log_close(s.closed_fd, s, ci);
     s.deferred_fd = -1;
     RS_REAL(close)(keep);
+    SocketRef drop;  // released after the lock
+    std::lock_guard<std::mutex> lk(g_deferred_mu);
+    if (g_deferred != nullptr)
+        for (auto it = g_deferred->begin(); it != g_deferred->end(); ++it)
+            if (it->get() == &s) {
+                drop = std::move(*it);
+                g_deferred->erase(it);
+                break;
+            }
 }
 
 // Counts a call of the program inside the transport (Socket::calls).
@@ -256,7 +280,7 @@ public:
     explicit InCall(Socket &s) noexcept : s_(s) { s_.calls.fetch_add(1, std::memory_order_acq_rel); }
     ~InCall()
     {
-        if (s_.calls.fetch_sub(1, std::memory_order_acq_rel) == (Socket::kCloseDeferred | 1))
+        if (s_.calls.fetch_sub(1, std::memory_order_acq_rel) == (Socket::kCloseDeferred | 1) && take_deferred(s_))
             finish_deferred_close(s_);
     }
     InCall(const InCall &) = delete;
@@ -282,9 +306,21 @@ bool defer_close(int fd, Socket &s) noexcept
     }
     s.deferred_fd = keep;
     s.closed_fd = fd;
-    if ((s.calls.fetch_or(Socket::kCloseDeferred, std::memory_order_acq_rel) & ~Socket::kCloseDeferred) == 0) {
+    {
+        std::lock_guard<std::mutex> lk(g_deferred_mu);
+        if (g_deferred == nullptr)
+            g_deferred = new (std::nothrow) std::vector<SocketRef>();
+        if (g_deferred != nullptr) {
+            s.acquire();
+            try {
+                g_deferred->push_back(SocketRef::adopt(&s));
+            } catch (...) {  // (the reference went with the failed element)
+            }
+        }
+    }
+    if ((s.calls.fetch_or(Socket::kCloseDeferred, std::memory_order_acq_rel) & ~Socket::kCloseDeferred) == 0 &&
+        take_deferred(s)) {
         // Every call returned meanwhile: close now (through the duplicate).
-        s.calls.fetch_and(~Socket::kCloseDeferred, std::memory_order_acq_rel);
         finish_deferred_close(s);
     }
     return true;
@@ -913,5 +949,26 @@ pid_t fork() noexcept
 // would corrupt the parent's frame.  vfork is therefore a fork here (POSIX allows a
 // conforming vfork child to run as a fork child; the only difference is speed).
 pid_t vfork() noexcept { return hook::fork(); }
+
+// exit() while calls on a connection whose close() was deferred are still blocked (they
+// never return): the connection closes as close() would have closed it (orderly FIN,
+// every byte written reaching the peer first, and the close line).
+void finish_deferred_at_exit() noexcept
+{
+    std::vector<SocketRef> v;
+    {
+        std::lock_guard<std::mutex> lk(g_deferred_mu);
+        if (g_deferred == nullptr)
+            return;
+        try {
+            v = *g_deferred;
+        } catch (...) {
+            return;
+        }
+    }
+    for (SocketRef &s : v)
+        if (take_deferred(*s))
+            finish_deferred_close(*s);
+}
 
 }  // namespace rdmasock::hook

@@ -27,4 +27,7 @@ namespace rdmasock::hook {
 int fcntl(int fd, int cmd, void *arg) noexcept;
 int ioctl(int fd, unsigned long request, void *arg) noexcept;
 
+// At exit: close the connections whose close() was handed to calls still blocked.
+void finish_deferred_at_exit() noexcept;
+
 }  // namespace rdmasock::hook

@@ -3,9 +3,14 @@
 // device) until the first eligible socket.
 #include "core/offload.hh"
 #include "core/runtime.hh"
+#include "hooks.hh"
 
 namespace {
 __attribute__((constructor(101))) void rdmasock_load() noexcept { rdmasock::rt::on_load(); }
 // exit(): flush offloaded connections (their bytes reach the peer before its EOF).
-__attribute__((destructor(101))) void rdmasock_unload() noexcept { rdmasock::offload::at_exit(); }
+__attribute__((destructor(101))) void rdmasock_unload() noexcept
+{
+    rdmasock::hook::finish_deferred_at_exit();  // closed by the program, calls still blocked
+    rdmasock::offload::at_exit();
+}
 }  // namespace

@@ -77,6 +77,7 @@ bool offloadable(const std::vector<std::string> &args)
 struct Offload {
     unsigned rdma = 0;  // connections on RDMA, both ends
     std::vector<std::string> tcp;  // "ROLE REASON" of every other close line
+    bool across = false;  // the RDMA connections' two ends are in different processes
 };
 
 // A connection made on a loopback address when no address of its family is given.
@@ -146,6 +147,11 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         // leaves open (no line): the client times out.
         o->rdma = 1;
         o->tcp = {"client timeout"};
+    } else if (key == "exit-deferred") {
+        // One connection from the parent to its fork child (whose library starts after
+        // the fork), on RDMA; the child's close line comes from its exit.
+        o->rdma = 1;
+        o->across = true;
     } else if (key == "fork-connect") {
         // The parent's engine started with its listener: the fork child's connection
         // stays on TCP (forked_child); the parent's end then reads plain data.
@@ -198,7 +204,8 @@ void check_offload(const std::vector<std::string> &args, const harness::LogCheck
             continue;
         bool found = false;
         for (size_t j = 0; j < rdma.size() && !found; ++j)
-            if (!used[j] && rdma[j].at("role") == "server" && rdma[j].at("pid") == rdma[i].at("pid") &&
+            if (!used[j] && rdma[j].at("role") == "server" &&
+                (want.across ? rdma[j].at("pid") != rdma[i].at("pid") : rdma[j].at("pid") == rdma[i].at("pid")) &&
                 rdma[j].at("local") == rdma[i].at("peer") && rdma[j].at("peer") == rdma[i].at("local")) {
                 used[j] = found = true;
                 used[i] = true;
@@ -1109,6 +1116,17 @@ write via the duplicate = 4
 b reads = 4
 bytes = back
 b reads EOF after the duplicate's close = 0
+)")
+
+// exit() while a closed connection's reader is still blocked: the connection closes as
+// close() would have closed it.  RDMA mode: the parent reads every byte, then EOF (it got
+// ECONNRESET before: the deferred close never ran, the child's kernel closed the TCP
+// socket without an RDMA FIN), and the child logs its close line.
+PARITY_CASE(exit_with_deferred_close, ({"exit-deferred"}), nullptr,
+R"(parent writes its go = 1
+the read after the data = 0 (EOF)
+child exit = 0
+received 100000 bytes, verify=ok
 )")
 
 // A fork child of a process that already listens connects to it, writes, closes while

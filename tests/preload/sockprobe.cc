@@ -1842,6 +1842,43 @@ int sc_nonblock_elsewhere(const Args &)
     return 0;
 }
 
+// A fork child's end of the exit scenarios: another thread blocks reading fd (nothing
+// is sent to it), this one writes n bytes, closes fd and exits at once.
+[[noreturn]] void write_close_exit_while_reading(int fd, size_t n, uint32_t seed)
+{
+    std::thread t([fd] {
+        char b[16];
+        if (read(fd, b, sizeof b) >= 0)
+            _exit(3);
+    });
+    t.detach();
+    usleep(100000);  // (the reader is in its read: no wait_blocked() in the child)
+    std::vector<uint8_t> b(n);
+    fill(b.data(), n, 0, seed);
+    bool ok = write_all(fd, b.data(), n);
+    close(fd);
+    exit(ok ? 0 : 1);
+}
+
+// The parent's end: every byte and what the read after them returned, then the child.
+void read_to_end_and_reap(int fd, pid_t pid, size_t n, uint32_t seed)
+{
+    std::vector<uint8_t> b(65536);
+    RxCheck chk;
+    ssize_t r;
+    for (;;) {
+        r = read(fd, b.data(), b.size());
+        if (r <= 0)
+            break;
+        chk.add(b.data(), static_cast<size_t>(r), seed);
+    }
+    out("the read after the data = %s", r == 0 ? "0 (EOF)" : ename(errno));
+    int st = 0;
+    waitpid(pid, &st, 0);
+    out("child exit = %d", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    out("received %llu bytes, verify=%s", static_cast<unsigned long long>(chk.bytes), chk.verdict(n).c_str());
+}
+
 // fork-connect: a fork child of a process that already has a listener (under the
 // library: whose engine has started) connects to it, writes, closes while another of
 // its threads is blocked reading, and exits at once.  The kernel releases the socket at
@@ -1860,36 +1897,48 @@ int sc_fork_connect(const Args &)
         close(l);
         int c = must(socket(AF_INET, SOCK_STREAM, 0), "socket");
         must(connect(c, reinterpret_cast<const sockaddr *>(&la), ll), "connect");
-        std::thread t([c] {
-            char b[16];
-            if (read(c, b, sizeof b) >= 0)
-                _exit(3);  // nothing is ever sent to it
-        });
-        t.detach();
-        usleep(100000);  // (the reader is in its read: no wait_blocked() in the child)
-        std::vector<uint8_t> b(n);
-        fill(b.data(), n, 0, kSeedC);
-        bool ok = write_all(c, b.data(), n);
-        close(c);
-        exit(ok ? 0 : 1);
+        write_close_exit_while_reading(c, n, kSeedC);
     }
     int s = must(accept(l, nullptr, nullptr), "accept");
-    std::vector<uint8_t> b(65536);
-    RxCheck chk;
-    ssize_t r;
-    for (;;) {
-        r = read(s, b.data(), b.size());
-        if (r <= 0)
-            break;
-        chk.add(b.data(), static_cast<size_t>(r), kSeedC);
-    }
-    out("the read after the data = %s", r == 0 ? "0 (EOF)" : ename(errno));
-    int st = 0;
-    waitpid(pid, &st, 0);
-    out("child exit = %d", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
-    out("received %llu bytes, verify=%s", static_cast<unsigned long long>(chk.bytes), chk.verdict(n).c_str());
+    read_to_end_and_reap(s, pid, n, kSeedC);
     close(s);
     close(l);
+    return 0;
+}
+
+// exit-deferred: a process (a fork child, whose library starts after the fork) accepts
+// a connection from its parent, reads its go, writes, closes it while another of its
+// threads is blocked reading it, and exits at once.  The kernel releases the socket at the exit:
+// the parent reads every byte, then EOF.
+int sc_exit_deferred(const Args &)
+{
+    const size_t n = 100000;
+    int portp[2];
+    must(pipe2(portp, O_CLOEXEC), "pipe2");
+    fflush(stdout);
+    pid_t pid = must(fork(), "fork");
+    if (pid == 0) {
+        close(portp[0]);
+        sockaddr_storage la;
+        socklen_t ll;
+        int l = tcp_listener(AF_INET, &la, &ll);
+        write_all(portp[1], &la, sizeof la);
+        int s = must(accept(l, nullptr, nullptr), "accept");
+        char go = 0;
+        if (read_n(s, &go, 1) != 1)  // (the parent's go: under the library, on RDMA by now)
+            _exit(2);
+        write_close_exit_while_reading(s, n, kSeedS);
+    }
+    close(portp[1]);
+    sockaddr_storage la{};
+    if (read_n(portp[0], &la, sizeof la) != sizeof la)
+        fatal("no address from the child");
+    close(portp[0]);
+    int c = must(socket(AF_INET, SOCK_STREAM, 0), "socket");
+    must(connect(c, reinterpret_cast<const sockaddr *>(&la), sizeof(sockaddr_in)), "connect");
+    SHOW("parent writes its go", write(c, "g", 1));
+    read_to_end_and_reap(c, pid, n, kSeedS);
+    close(c);
     return 0;
 }
 
@@ -2715,6 +2764,7 @@ const Scenario kScenarios[] = {
     {"dup-reuse", sc_dup_reuse, ""},
     {"nonblock-elsewhere", sc_nonblock_elsewhere, ""},
     {"fork-connect", sc_fork_connect, ""},
+    {"exit-deferred", sc_exit_deferred, ""},
     {"fork", sc_fork, ""},
     {"close-read", sc_close_read, ""},
     {"signals", sc_signals, ""},
