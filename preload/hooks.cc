@@ -775,7 +775,7 @@ int fcntl(int fd, int cmd, void *arg) noexcept
     if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
         ErrnoGuard g;
         after_dup(fd, r, nullptr);
-    } else if (r >= 0 && cmd == F_SETFL) {
+    } else if (r >= 0 && cmd == F_SETFL && fdt::offloaded(fd)) {
         if (SocketRef s = offloaded_socket(fd))
             static_cast<Conn *>(s->transport)->note_nonblocking(reinterpret_cast<intptr_t>(arg) & O_NONBLOCK);
     }

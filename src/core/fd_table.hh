@@ -22,17 +22,22 @@ constexpr unsigned kMaxFd = kChunkSize * kTopSize;  // fds >= this are never tra
 using Slot = std::atomic<Socket *>;
 extern std::atomic<Slot *> g_top[kTopSize];
 
-// The object in fd's slot, without taking a reference (may be stale; never null
-// memory).  The pass-through fast path uses only this.
-inline Socket *peek(int fd) noexcept
+// fd's slot, or null when no slot was ever made for it.
+inline Slot *slot_of(int fd) noexcept
 {
     unsigned u = static_cast<unsigned>(fd);
     if (__builtin_expect(u >= kMaxFd, 0))
         return nullptr;
     Slot *chunk = g_top[u >> kChunkBits].load(std::memory_order_acquire);
-    if (chunk == nullptr)
-        return nullptr;
-    return chunk[u & (kChunkSize - 1)].load(std::memory_order_acquire);
+    return chunk == nullptr ? nullptr : &chunk[u & (kChunkSize - 1)];
+}
+
+// The object in fd's slot, without taking a reference (may be stale; never null
+// memory).  The pass-through fast path uses only this.
+inline Socket *peek(int fd) noexcept
+{
+    Slot *slot = slot_of(fd);
+    return slot == nullptr ? nullptr : slot->load(std::memory_order_acquire);
 }
 
 // True when fd is an offloaded socket: the only question the data-path wrappers ask.
@@ -46,13 +51,10 @@ inline bool offloaded(int fd) noexcept
 // an offloaded socket starts here.)
 inline SocketRef get(int fd) noexcept
 {
-    unsigned u = static_cast<unsigned>(fd);
-    if (__builtin_expect(u >= kMaxFd, 0))
+    Slot *slot_p = slot_of(fd);
+    if (slot_p == nullptr)
         return {};
-    Slot *chunk = g_top[u >> kChunkBits].load(std::memory_order_acquire);
-    if (chunk == nullptr)
-        return {};
-    Slot &slot = chunk[u & (kChunkSize - 1)];
+    Slot &slot = *slot_p;
     for (;;) {
         Socket *s = slot.load(std::memory_order_acquire);
         if (s == nullptr)

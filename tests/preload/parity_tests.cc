@@ -287,18 +287,12 @@ Runs parity(const std::vector<std::string> &args, const std::string &expected)
             harness::set_var(env, "SOCKPROBE_ADDR6", kAddr6);
     }
     harness::Env env_lib = harness::with_lib(env, kLib, "info", log);
-    std::string probe_ms = env_str("TEST_PARITY_PROBE_TIMEOUT_MS");
-    if (!probe_ms.empty())
-        harness::set_var(env_lib, "RDMASOCK_PROBE_TIMEOUT_MS", probe_ms);
-    std::string connect_wait = env_str("TEST_PARITY_CONNECT_WAIT");
-    if (!connect_wait.empty())
-        harness::set_var(env_lib, "RDMASOCK_CONNECT_WAIT", connect_wait);
-    std::string busy_us = env_str("TEST_PARITY_BUSY_POLL_US");
-    if (!busy_us.empty())
-        harness::set_var(env_lib, "RDMASOCK_BUSY_POLL_US", busy_us);
-    std::string ring_kb = env_str("TEST_PARITY_RING_KB");
-    if (!ring_kb.empty())
-        harness::set_var(env_lib, "RDMASOCK_RING_KB", ring_kb);
+    // TEST_PARITY_X sets the library run's RDMASOCK_X.
+    for (const char *x : {"PROBE_TIMEOUT_MS", "CONNECT_WAIT", "BUSY_POLL_US", "RING_KB"}) {
+        std::string v = env_str(("TEST_PARITY_" + std::string(x)).c_str());
+        if (!v.empty())
+            harness::set_var(env_lib, "RDMASOCK_" + std::string(x), v);
+    }
     Runs r;
     r.args = args;
     r.plain = harness::run(argv, env, run_timeout_ms());
