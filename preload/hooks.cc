@@ -438,6 +438,11 @@ int connect(int fd, const sockaddr *addr, socklen_t len) noexcept
     SocketRef s = fdt::get(fd);
     if (!s || addr == nullptr)
         return r;
+    // A second connect() on a socket whose nonblocking connect is under way returns 0
+    // once the handshake is done (hiredis checks completion that way): the connection
+    // was set up, and its negotiation started, by the first call.
+    if (s->has_peer)
+        return r;
     ErrnoGuard g;
     s->role = Role::client;
     size_t n = len < sizeof s->peer ? len : sizeof s->peer;

@@ -88,6 +88,7 @@ struct ClientNeg {
     Clock::time_point t0{};
     Clock::time_point deadline{};  // of the current step
     long t_route = 0, t_res = 0;   // microseconds since t0 (debug log)
+    Clock::time_point t_connect{}; // rdma_connect sent
     bool connecting = false;       // rdma_connect sent
     bool wait = false;             // connect() waits for the outcome (RDMASOCK_CONNECT_WAIT)
     // The program closed the socket first (reason closed_early): the negotiation runs on
@@ -776,6 +777,7 @@ bool Engine::client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) 
             n.watched = true;
         }
         n.connecting = true;
+        n.t_connect = Clock::now();
         if (rdma_connect(id->get(), &param) != 0) {
             r = Reason::rejected;
         } else {
@@ -821,6 +823,17 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
             // The peer runs rdmasock: worth remembering; the connection itself is gone.
             remember_locked(reinterpret_cast<sockaddr *>(&n.peer), Reason::none);
             r = Reason::closed_early;
+        }
+        // The server waits for the SWITCH for switch_window() from its accept, which
+        // came after our rdma_connect.  An answer handled late (this thread was busy with
+        // other connections' set-up) could make our SWITCH arrive after the server gave
+        // up, and its CONFIRM would then be bytes of the server program's stream: too
+        // late, the connection stays on TCP, untouched.
+        if (r == Reason::none && Clock::now() > n.t_connect + switch_window() - switch_margin()) {
+            RS_DEBUG("negotiation fd=%d: the answer was handled %ld us after the request: too late to switch",
+                     c->tcp_fd(), static_cast<long>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                      Clock::now() - n.t_connect).count()));
+            r = Reason::timeout;
         }
         if (r == Reason::none)
             r = c->client_established();

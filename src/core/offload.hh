@@ -30,6 +30,13 @@ inline std::chrono::milliseconds switch_window() noexcept
 {
     return std::chrono::milliseconds(2 * rt::config().probe_timeout_ms + 1000);
 }
+// A client switches only when it handles the server's answer at least this long before
+// switch_window() has passed since its request: the SWITCH's way to the server's
+// completion queue must fit in it.
+inline std::chrono::milliseconds switch_margin() noexcept
+{
+    return std::chrono::milliseconds(500);
+}
 
 // connect() made (or, nonblocking, started) the TCP connection `fd`: start negotiating
 // RDMA in the background (the program uses the TCP connection meanwhile), or record

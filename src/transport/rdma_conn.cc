@@ -562,9 +562,9 @@ void Conn::handle_recv_locked(uint32_t imm) noexcept
         switch_at_ = v;
         RS_DEBUG("connection fd=%d: SWITCH(%u) with %llu TCP bytes read", tcp_fd_, v,
                  static_cast<unsigned long long>(tcp_read_));
-        // The CONFIRM is on its way behind the n bytes: allow it the time a TCP stream
-        // needs to catch up, not more (a third party cannot write into the stream).
-        gate_deadline_ = std::chrono::steady_clock::now() + offload::switch_window();
+        // No deadline from here: the bytes at offset n decide (the CONFIRM, or anything
+        // else: TCP), and a third party cannot write into the stream.  Giving up before
+        // they came could deliver a late CONFIRM as the program's bytes.
         efd_write(rd_efd_, 1);
         break;
     default:
@@ -625,8 +625,6 @@ void Conn::on_tcp_event(unsigned events) noexcept
         urgent_ = true;
         update_shadows_locked(true);
     }
-    if (side_ == Side::client && !prefix_known_ && (events & POLLIN))
-        efd_write(rd_efd_, 1);  // pre-switch bytes from the server are readable
     if (events & (POLLRDHUP | POLLHUP | POLLERR)) {
         if (!tcp_eof_) {
             tcp_eof_ = true;
@@ -639,6 +637,12 @@ void Conn::on_tcp_event(unsigned events) noexcept
             tcp_error_ = true;  // the RST our writes after the peer's close provoked
             update_shadows_locked(true);
         }
+    }
+    if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0) && (events & (POLLIN | POLLRDHUP))) {
+        // The server's pre-switch bytes (or its EOF) arrived on the TCP socket.
+        if (rd_set_)
+            efd_write(rd_efd_, 1);  // a new arrival: edge-triggered waiters see an edge
+        update_shadows_locked(true);
     }
 }
 
@@ -661,7 +665,10 @@ bool Conn::readable_locked() const noexcept
     if (reset_ || failed_ || shut_rd_ || tcp_error_)
         return true;
     if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0))
-        return prefix_known_ ? true : false;  // TCP bytes: the kernel says (tcp fd)
+        // The server's bytes from before its switch come first, from the TCP socket
+        // (its EOF too): the eventfd follows them, so that it never stays readable with
+        // nothing to read (an epoll waiter would spin on it).
+        return tcp_eof_ || tcp_prefix_bytes_locked() > 0;
     const uint64_t lowat = static_cast<uint64_t>(rcvlowat_.load(std::memory_order_relaxed));
     return rx_prod_ - rx_cons_ >= lowat || peer_fin_;
 }
@@ -982,8 +989,20 @@ ssize_t Conn::presw_recv_locked(msghdr *msg, size_t done, size_t total, uint64_t
 
 int Conn::gate_expired_locked() noexcept
 {
-    if (std::chrono::steady_clock::now() <= gate_deadline_)
+    if (switch_known_ || std::chrono::steady_clock::now() <= gate_deadline_)
         return 0;
+    // No SWITCH in time.  The queue pair stops first (rdma_disconnect moves it to the
+    // error state), then the completion queue is read once more: a SWITCH that got in
+    // before is honoured, and none can get in (nor be acknowledged, so no CONFIRM can
+    // follow) after.  Giving up without that could race a SWITCH arriving this moment.
+    offload::release_rdma(*this);
+    poll_cq_locked();
+    if (switch_known_) {
+        // Its CONFIRM may follow (if the acknowledgement left before the stop): it must
+        // be taken out of the stream, but the queue pair is gone (try_confirm_locked).
+        qp_stopped_ = true;
+        return 0;
+    }
     give_up_verify_locked(Reason::timeout);
     return -1;
 }
@@ -1005,22 +1024,29 @@ int Conn::try_confirm_locked() noexcept
     uint8_t buf[neg::kConfirmSize];
     ssize_t n = RS_REAL(recv)(tcp_fd_, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return gate_expired_locked();
+        return 0;  // the bytes at the SWITCH's offset decide, whenever they come
     if (n <= 0) {
         give_up_verify_locked(Reason::bad_message);
         return -1;
     }
     auto m = neg::match_confirm(buf, static_cast<size_t>(n), &nonce_);
     if (m == neg::ConfirmMatch::no) {
-        give_up_verify_locked(Reason::bad_message);
+        give_up_verify_locked(qp_stopped_ ? Reason::timeout : Reason::bad_message);
         return -1;
     }
     if (m == neg::ConfirmMatch::partial)
-        return gate_expired_locked();
+        return 0;
     n = RS_REAL(recv)(tcp_fd_, buf, sizeof buf, MSG_DONTWAIT);
     if (n != static_cast<ssize_t>(sizeof buf)) {
         give_up_verify_locked(Reason::bad_message);
         return -1;
+    }
+    if (qp_stopped_) {
+        // The client switched, but this side had stopped the queue pair: the CONFIRM is
+        // out of the stream, and the connection cannot go on.
+        phase_.store(Phase::rdma, std::memory_order_release);
+        fail("the SWITCH came as the wait for it ended");
+        return 1;
     }
     if (tcp_sent_ > neg::kImmValueMask || post_ctrl_locked(neg::Imm::prefix, static_cast<uint32_t>(tcp_sent_)) != 0) {
         // Bytes went into the TCP stream and the client is committed to RDMA: nothing

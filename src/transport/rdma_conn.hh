@@ -313,6 +313,9 @@ private:
     uint64_t tcp_read_ = 0;     // TCP bytes read before the peer's PREFIX / SWITCH
     // server: the client's SWITCH (its TCP bytes before the CONFIRM)
     bool switch_known_ = false;
+    // server: the wait for the SWITCH timed out and stopped the queue pair, and a SWITCH
+    // was found after all (gate_expired_locked)
+    bool qp_stopped_ = false;
     uint64_t switch_at_ = 0;
     // server, verifying: give up (decide tcp) when no SWITCH, or no CONFIRM at its
     // offset, has come by then

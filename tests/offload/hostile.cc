@@ -39,6 +39,9 @@
 //   tcp_after_confirm (not a ring fault: 100 bytes of 0xEE on TCP right after the
 //   CONFIRM, then N honest pattern bytes on the ring and FIN; the victim must deliver
 //   the ring bytes only, and its echo is checked in our ring)
+//   confirm_late (not a fault: the CONFIRM comes 4 s after the SWITCH, longer than the
+//   victim waits for a SWITCH; then as tcp_after_confirm without the 0xEE bytes: the
+//   victim must switch, and never deliver the CONFIRM as stream bytes)
 // then wait (bounded) for the victim to close the TCP connection, keeping ours open.
 //   rdma_sent, ring_echo_ok  tcp_after_confirm: ring bytes sent, echo exact (1/0)
 //
@@ -98,6 +101,9 @@ const char *const kReasonCodes[] = {
 };
 
 constexpr int kWaitMs = 15000;     // any single wait for the victim
+// confirm_late: the CONFIRM's delay after the SWITCH, beyond the victims' wait for the
+// SWITCH (2 x RDMASOCK_PROBE_TIMEOUT_MS of 1000 + 1 s, hostile_tests.cc).
+constexpr int kLateConfirmMs = 4000;
 constexpr unsigned kOurLog2 = 16;  // our receive ring: 64 KiB
 constexpr int kDepth = 32;
 
@@ -411,7 +417,8 @@ bool known_case(const char *const *list, size_t n, const std::string &kase, cons
 int run_client(const std::string &addr, int port, const std::string &kase, uint64_t bytes, int steal_port)
 {
     const bool hello_case = kase.rfind("hello_", 0) == 0;
-    const bool confirm_case = kase.rfind("confirm_", 0) == 0 || kase == "data_before_confirm" || kase == "switch_twice";
+    const bool confirm_case = (kase.rfind("confirm_", 0) == 0 && kase != "confirm_late") ||
+                              kase == "data_before_confirm" || kase == "switch_twice";
     const bool data_case = !hello_case && !confirm_case;
     static const char *const known[] = {"hello_bad_magic", "hello_version", "hello_truncated",
         "hello_log2_high", "hello_log2_low", "hello_ring_oversized", "hello_zero_rkey", "hello_reserved", "hello_third_party",
@@ -419,7 +426,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         "data_before_confirm",
         "data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client",
         "write_outside_ring", "peer_reset", "hello_family", "hello_unaligned", "hello_addr_wrap",
-        "hello_zero_nonce", "hello_zero_port", "tcp_after_confirm", "data_after_fin"};
+        "hello_zero_nonce", "hello_zero_port", "tcp_after_confirm", "data_after_fin", "confirm_late"};
     if (!known_case(known, sizeof known / sizeof known[0], kase, "client"))
         return 4;
 
@@ -575,6 +582,11 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
             memcpy(b, confirm, sizeof confirm);
             memset(b + sizeof confirm, 0xEE, 100);
             tcp_send(fd, b, sizeof b);
+        } else if (kase == "confirm_late") {
+            // An honest client whose CONFIRM is slow to follow its SWITCH (a loaded
+            // host): longer than the victim's wait for the SWITCH itself.
+            usleep(static_cast<useconds_t>(kLateConfirmMs) * 1000);
+            tcp_send(fd, confirm, sizeof confirm);
         } else if (send(fd, confirm, sizeof confirm, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof confirm)) {
             die("send CONFIRM");
         }
@@ -612,7 +624,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         } else if (kase == "prefix_from_client") {
             imm = neg::make_imm(neg::Imm::prefix, 0);
             st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
-        } else if (kase == "tcp_after_confirm") {
+        } else if (kase == "tcp_after_confirm" || kase == "confirm_late") {
             // An honest stream on the ring (bytes <= both rings: no credit needed), FIN,
             // and the victim's echo checked in our ring.
             bytes = std::min<uint64_t>(bytes, std::min<uint64_t>(vsize, qp.size));

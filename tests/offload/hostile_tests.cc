@@ -33,7 +33,9 @@
 //       refuses with a remote access error): the victim's first failing call gets
 //       ECONNRESET, no byte is delivered, and the victim closes the connection; bytes
 //       on TCP after a valid CONFIRM are never delivered (tcp_after_confirm: only the
-//       ring stream is, byte-exact, and echoed exactly);
+//       ring stream is, byte-exact, and echoed exactly); a CONFIRM 4 s after its SWITCH
+//       (confirm_late, longer than the wait for the SWITCH) still switches, and is
+//       never delivered as stream bytes;
 //   * server side (victim client): a malformed ACCEPT leaves the victim on TCP with
 //     bad_message (version_mismatch for a wrong version) and no CONFIRM in the stream; a
 //     DECLINE claiming "none" or an unknown reason is recorded as rejected; a second
@@ -456,6 +458,12 @@ bool init_tests()
     // Bytes on TCP after the CONFIRM never reach the program; the ring stream does.
     add(ring, "tcp_after_confirm", [] {
         client_case("tcp_after_confirm", {"ESTABLISHED", "none", "success", "none", Outcome::rdma_exact, ""});
+    });
+    // A CONFIRM that follows its SWITCH later than the wait for a SWITCH lasts: once the
+    // SWITCH is in, the bytes at its offset decide, however late (giving up before
+    // would deliver the CONFIRM as the program's bytes).
+    add(ring, "confirm_late", [] {
+        client_case("confirm_late", {"ESTABLISHED", "none", "success", "none", Outcome::rdma_exact, ""});
     });
     master.add(ring);
 

@@ -1656,6 +1656,122 @@ void program_iperf3(const std::string &variant, const std::vector<std::string> &
                  std::to_string(j.get<uint64_t>(std::string("end.") + k + ".bytes")) + " bytes)");
 }
 
+// redis: redis-server and its own clients, all under the library.  redis-benchmark
+// (hiredis: nonblocking connect, then a second connect() that reports the handshake's
+// completion; epoll; pipelined requests) in the default, asynchronous mode, so its
+// connections switch to RDMA mid-stream; then redis-cli stores a 1 MB value and reads it
+// back, on connections that are on RDMA from their first byte.
+void program_redis(int clients)
+{
+    const std::string name = "programs/redis_c" + std::to_string(clients);
+    TempDir dir;
+    dir.keep = cfg.keep;
+    const std::string port = std::to_string(free_port(cfg.addr));
+    ProgRun sr;
+    sr.name = "redis-server";
+    Proc sp({"redis-server", "--port", port, "--bind", cfg.addr, "--save", "", "--appendonly", "no",
+             "--protected-mode", "no"},
+            prog_env(dir / "s.log", false), dir / "s.err", dir / "s.out");
+    BOOST_REQUIRE_MESSAGE(wait_listener(std::stoi(port), 20000),
+                          name << ": redis-server has no TCP and RDMA listener on port " << port);
+    double t0 = now_ms();
+    ProgRun br;
+    br.name = "redis-benchmark";
+    const std::string n = std::to_string(clients == 1 ? 1000 : 500 * clients);
+    Proc bp({"redis-benchmark", "-h", cfg.addr, "-p", port, "-c", std::to_string(clients), "-n", n, "-t",
+             "set,get,lpush,lpop,incr", "-q"},
+            prog_env(dir / "b.log", false), dir / "b.err", dir / "b.out");
+    bool b_ok = bp.wait(120000);
+    if (!b_ok)
+        bp.kill_all();
+    finish_prog(br, bp, dir, "b", !b_ok);
+    note(name + ": " + std::to_string(static_cast<long>(now_ms() - t0)) + " ms for redis-benchmark");
+    // A 1 MB value (base64, one line) stored and read back.
+    std::string value;
+    {
+        std::vector<uint8_t> raw(786432);
+        uint64_t x = 0x9E3779B97F4A7C15ull;
+        for (auto &byte : raw) {  // xorshift64
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            byte = static_cast<uint8_t>(x >> 24);
+        }
+        static const char *b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        for (size_t i = 0; i + 2 < raw.size(); i += 3) {
+            uint32_t v = (raw[i] << 16) | (raw[i + 1] << 8) | raw[i + 2];
+            for (int k = 18; k >= 0; k -= 6)
+                value += b64[(v >> k) & 63];
+        }
+    }
+    write_file(dir / "value", value);
+    ProgRun wr, rr;
+    wr.name = "redis-cli set";
+    rr.name = "redis-cli get";
+    {
+        Proc w({"sh", "-c", "exec redis-cli -h " + cfg.addr + " -p " + port + " -x set big < " + (dir / "value")},
+               prog_env(dir / "w.log"), dir / "w.err", dir / "w.out");
+        bool ok = w.wait(60000);
+        if (!ok)
+            w.kill_all();
+        finish_prog(wr, w, dir, "w", !ok);
+    }
+    {
+        Proc r({"redis-cli", "-h", cfg.addr, "-p", port, "--raw", "get", "big"}, prog_env(dir / "r.log"),
+               dir / "r.err", dir / "r.out");
+        bool ok = r.wait(60000);
+        if (!ok)
+            r.kill_all();
+        finish_prog(rr, r, dir, "r", !ok);
+    }
+    sp.signal(SIGTERM);
+    bool s_ok = sp.wait(20000);
+    if (!s_ok)
+        sp.kill_all();
+    finish_prog(sr, sp, dir, "s", !s_ok);
+    const std::string all = describe_prog(sr) + describe_prog(br) + describe_prog(wr) + describe_prog(rr);
+
+    BOOST_CHECK_MESSAGE(br.exit_code == 0, name << ": redis-benchmark did not finish\n" << all);
+    for (const char *t : {"SET", "GET", "LPUSH", "LPOP", "INCR"})
+        BOOST_CHECK_MESSAGE(br.out.find(std::string(t) + ": ") != std::string::npos &&
+                                br.out.find("requests per second") != std::string::npos,
+                            name << ": no " << t << " result from redis-benchmark\n" << all);
+    BOOST_CHECK_MESSAGE(wr.exit_code == 0 && wr.out.find("OK") != std::string::npos, name << ": SET failed\n" << all);
+    BOOST_CHECK_MESSAGE(rr.exit_code == 0 && rr.out == value + "\n",
+                        name << ": GET returned " << rr.out.size() << " bytes, want " << value.size() + 1
+                             << (rr.out.compare(0, value.size(), value) == 0 ? " (same prefix)" : " (different)"));
+    BOOST_CHECK_MESSAGE(sr.exit_code == 0, name << ": redis-server status " << sr.exit_code << "\n" << all);
+    for (const ProgRun *r : {&sr, &br, &wr, &rr})
+        BOOST_CHECK_MESSAGE(r->log_problems.empty(), name << ": log problems [" << r->name << "]\n" << all);
+    // redis-benchmark opens `clients` connections per test (5 tests), after a short
+    // CONFIG GET connection that closes before its switch (closed_early).  Every
+    // connection on RDMA but that one, or one whose test ended before its switch (also
+    // closed_early: a test of 500 requests takes a few seconds here, the switch a few
+    // hundred ms).  redis-cli exits without close() (no close line of its own): its two
+    // connections show in the server's lines, on RDMA from their first byte.
+    int rdma = 0, early = 0;
+    for (const Fields &f : br.closes) {
+        if (field(f, "transport") == "rdma")
+            ++rdma;
+        else if (field(f, "reason") == "closed_early")
+            ++early;
+        else
+            BOOST_ERROR(name << ": benchmark connection local=" << field(f, "local") << " transport="
+                             << field(f, "transport") << " reason=" << field(f, "reason"));
+    }
+    const int want = 5 * clients;
+    BOOST_CHECK_MESSAGE(rdma + early == want + 1 && rdma >= want - clients,
+                        name << ": benchmark connections: " << rdma << " on RDMA, " << early
+                             << " closed before their switch; want " << want + 1 << " in all, at least "
+                             << want - clients << " on RDMA\n" << all);
+    int srv_rdma = 0;
+    for (const Fields &f : sr.closes)
+        srv_rdma += field(f, "transport") == "rdma";
+    BOOST_CHECK_MESSAGE(srv_rdma == rdma + 2, name << ": " << srv_rdma << " server connections on RDMA, want "
+                                                   << rdma + 2 << " (the benchmark's and redis-cli's two)\n" << all);
+    note(name + ": " + std::to_string(rdma) + " of " + std::to_string(want + 1) + " benchmark connections on RDMA");
+}
+
 // sockperf: one server per I/O multiplexer, a ping-pong and a throughput client on it.
 struct SockperfRun {
     bool done = false;
@@ -1848,6 +1964,8 @@ bool init_tests()
     add(prog, "iperf3_bidir", [] { program_iperf3("bidir", {"--bidir"}, 2); });
     // The default, asynchronous switch: 200 MB, the data connection switches mid-stream.
     add(prog, "iperf3_async", [] { program_iperf3("async", {}, 1, true); });
+    for (int c : {1, 8})
+        add(prog, "redis_c" + std::to_string(c), [c] { program_redis(c); });
     for (std::string mux : {"default", "poll", "select"})
         for (std::string kind : {"pp", "tp"})
             add(prog, "sockperf_" + kind + "_" + mux, [kind, mux] { program_sockperf(kind, mux); });
