@@ -1772,6 +1772,139 @@ void program_redis(int clients)
     note(name + ": " + std::to_string(rdma) + " of " + std::to_string(want + 1) + " benchmark connections on RDMA");
 }
 
+// memcached (libevent; a dispatcher thread accepts and hands each connection to a
+// worker thread, whose own epoll set watches it) and tests/offload/kvclient: four
+// connections at once, each 400 rounds of set, get and compare (values of 1 byte to
+// 100 KB), multi-gets of 16 keys, a delete; the default, asynchronous switch.
+void program_memcached()
+{
+    const std::string name = "programs/memcached";
+    TempDir dir;
+    dir.keep = cfg.keep;
+    const std::string port = std::to_string(free_port(cfg.addr));
+    ProgRun sr, cr;
+    sr.name = "memcached";
+    cr.name = "kvclient";
+    std::vector<std::string> argv = {"memcached", "-l", cfg.addr, "-p", port, "-U", "0", "-t", "2", "-m", "256"};
+    if (geteuid() == 0) {
+        argv.push_back("-u");
+        argv.push_back("root");
+    }
+    Proc sp(argv, prog_env(dir / "s.log", false), dir / "s.err", dir / "s.out");
+    BOOST_REQUIRE_MESSAGE(wait_listener(std::stoi(port), 20000),
+                          name << ": memcached has no TCP and RDMA listener on port " << port);
+    const int conns = 4;
+    double t0 = now_ms();
+    Proc cp({OFFLOAD_KVCLIENT, "--addr", cfg.addr, "--port", port, "--conns", std::to_string(conns), "--ops", "400"},
+            prog_env(dir / "c.log", false), dir / "c.err", dir / "c.out");
+    bool c_ok = cp.wait(120000);
+    if (!c_ok)
+        cp.kill_all();
+    finish_prog(cr, cp, dir, "c", !c_ok);
+    note(name + ": " + std::to_string(static_cast<long>(now_ms() - t0)) + " ms for kvclient: " + cr.out);
+    sp.signal(SIGTERM);
+    bool s_ok = sp.wait(20000);
+    if (!s_ok)
+        sp.kill_all();
+    finish_prog(sr, sp, dir, "s", !s_ok);
+    const std::string all = describe_prog(sr) + describe_prog(cr);
+    BOOST_CHECK_MESSAGE(cr.exit_code == 0 && cr.out.rfind("ok ", 0) == 0, name << ": kvclient failed\n" << all);
+    BOOST_CHECK_MESSAGE(sr.log_problems.empty() && cr.log_problems.empty(), name << ": log problems\n" << all);
+    int c_rdma = 0, s_rdma = 0;
+    for (const Fields &f : cr.closes) {
+        c_rdma += field(f, "transport") == "rdma";
+        BOOST_CHECK_MESSAGE(field(f, "transport") == "rdma",
+                            name << ": client connection local=" << field(f, "local") << " transport="
+                                 << field(f, "transport") << " reason=" << field(f, "reason"));
+    }
+    for (const Fields &f : sr.closes)
+        s_rdma += field(f, "transport") == "rdma";
+    BOOST_CHECK_MESSAGE(c_rdma == conns && s_rdma == conns,
+                        name << ": connections on RDMA: client " << c_rdma << ", server " << s_rdma << ", want "
+                             << conns << "\n" << all);
+}
+
+// nginx serving a 1 MB file to curl (checked byte for byte), both under the library.
+// single: `master_process off`, one process that listens and accepts: on RDMA (curl with
+// RDMASOCK_CONNECT_WAIT=1, so its short exchange is on RDMA from the first byte).  With
+// worker processes (pre-fork: the master listens, forked workers accept), the
+// documented limit: the RDMA listener is the master's, so the connections stay on TCP,
+// the worker's side with reason forked_listener; the file arrives all the same.
+void program_nginx(bool single)
+{
+    const std::string name = std::string("programs/nginx_") + (single ? "single" : "workers");
+    TempDir dir;
+    dir.keep = cfg.keep;
+    const std::string port = std::to_string(free_port(cfg.addr));
+    std::string body;
+    {
+        uint64_t x = 0x2545F4914F6CDD1Dull;
+        body.resize(1u << 20);
+        for (auto &ch : body) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ch = static_cast<char>(x >> 32);
+        }
+    }
+    const std::string t = dir.path();
+    mkdir((t + "/www").c_str(), 0755);
+    write_file(t + "/www/file.bin", body);
+    std::string conf = std::string("daemon off;\n") + (single ? "master_process off;\n" : "worker_processes 2;\n") +
+                       "error_log " + t + "/error.log;\npid " + t + "/nginx.pid;\n" +
+                       (geteuid() == 0 ? "user root;\n" : "") + "events { worker_connections 64; }\n" +
+                       "http {\n access_log off;\n client_body_temp_path " + t + "/tmp;\n proxy_temp_path " + t +
+                       "/tmp;\n fastcgi_temp_path " + t + "/tmp;\n uwsgi_temp_path " + t + "/tmp;\n scgi_temp_path " +
+                       t + "/tmp;\n server {\n  listen " + cfg.addr + ":" + port + ";\n  root " + t +
+                       "/www;\n }\n}\n";
+    write_file(t + "/nginx.conf", conf);
+    ProgRun sr, cr;
+    sr.name = "nginx";
+    cr.name = "curl";
+    Proc sp({"nginx", "-e", t + "/error.log", "-p", t, "-c", t + "/nginx.conf"}, prog_env(dir / "s.log", false),
+            dir / "s.err", dir / "s.out");
+    BOOST_REQUIRE_MESSAGE(wait_listener(std::stoi(port), 20000),
+                          name << ": nginx has no TCP and RDMA listener on port " << port << "\n"
+                               << read_file(t + "/error.log"));
+    Proc cp({"curl", "-sS", "-o", t + "/got.bin", "http://" + cfg.addr + ":" + port + "/file.bin"},
+            prog_env(dir / "c.log", single), dir / "c.err", dir / "c.out");
+    bool c_ok = cp.wait(60000);
+    if (!c_ok)
+        cp.kill_all();
+    finish_prog(cr, cp, dir, "c", !c_ok);
+    sp.signal(SIGQUIT);  // graceful: every process closes its connections
+    bool s_ok = sp.wait(20000);
+    if (!s_ok)
+        sp.kill_all();
+    finish_prog(sr, sp, dir, "s", !s_ok);
+    const std::string all = describe_prog(sr) + describe_prog(cr) + "error.log:\n" + read_file(t + "/error.log");
+    BOOST_CHECK_MESSAGE(cr.exit_code == 0, name << ": curl failed\n" << all);
+    const std::string got = read_file(t + "/got.bin");
+    BOOST_CHECK_MESSAGE(got == body, name << ": curl got " << got.size() << " bytes, want the file's " << body.size()
+                                          << (got.size() == body.size() ? " (different bytes)" : ""));
+    BOOST_CHECK_MESSAGE(sr.log_problems.empty() && cr.log_problems.empty(), name << ": log problems\n" << all);
+    BOOST_CHECK_MESSAGE(cr.closes.size() == 1 && sr.closes.size() == 1,
+                        name << ": close lines: curl " << cr.closes.size() << ", nginx " << sr.closes.size()
+                             << ", want 1 each\n" << all);
+    for (const Fields &f : sr.closes) {
+        if (single)
+            BOOST_CHECK_MESSAGE(field(f, "transport") == "rdma" && num(f, "bytes_sent") > body.size(),
+                                name << ": nginx connection transport=" << field(f, "transport") << " reason="
+                                     << field(f, "reason") << " bytes_sent=" << field(f, "bytes_sent"));
+        else
+            BOOST_CHECK_MESSAGE(field(f, "transport") == "tcp" && field(f, "reason") == "forked_listener",
+                                name << ": nginx worker connection transport=" << field(f, "transport")
+                                     << " reason=" << field(f, "reason") << ", want tcp forked_listener");
+    }
+    for (const Fields &f : cr.closes)
+        if (single)
+            BOOST_CHECK_MESSAGE(field(f, "transport") == "rdma" && num(f, "bytes_received") > body.size(),
+                                name << ": curl connection transport=" << field(f, "transport") << " reason="
+                                     << field(f, "reason"));
+        else
+            note(name + ": curl's connection: transport=" + field(f, "transport") + " reason=" + field(f, "reason"));
+}
+
 // sockperf: one server per I/O multiplexer, a ping-pong and a throughput client on it.
 struct SockperfRun {
     bool done = false;
@@ -1966,6 +2099,9 @@ bool init_tests()
     add(prog, "iperf3_async", [] { program_iperf3("async", {}, 1, true); });
     for (int c : {1, 8})
         add(prog, "redis_c" + std::to_string(c), [c] { program_redis(c); });
+    add(prog, "memcached", program_memcached);
+    add(prog, "nginx_single", [] { program_nginx(true); });
+    add(prog, "nginx_workers", [] { program_nginx(false); });
     for (std::string mux : {"default", "poll", "select"})
         for (std::string kind : {"pp", "tp"})
             add(prog, "sockperf_" + kind + "_" + mux, [kind, mux] { program_sockperf(kind, mux); });
