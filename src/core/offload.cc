@@ -518,6 +518,15 @@ void Engine::handle(rdma_cm_event *ev) noexcept
                 keys.erase(conn.get());
                 maybe.erase(mit);
                 accept_request(conn, std::move(p));
+            } else if (mit != maybe.end() && mit->second->phase() == Conn::Phase::tcp) {
+                // Its connection stopped waiting for a request (switch_window() after its
+                // accept: the client was slow, e.g. setting up many connections at once)
+                // and is on TCP: too late.  Both ends say so (timeout), at once.
+                RS_DEBUG("RDMA request from port %u: its connection (fd=%d) is on TCP already: declined",
+                         h.client_port, mit->second->tcp_fd());
+                mit->second->note_late_request();
+                reject(id, Reason::timeout);
+                drop_after_ack = std::move(owned);
             } else if (parked.size() < 4096 && !parked.count(k)) {
                 RS_DEBUG("RDMA request from port %u: parked until its connection is read%s",
                          h.client_port, mit != maybe.end() ? "" : " (not accepted yet)");
@@ -830,6 +839,7 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
         // up, and its CONFIRM would then be bytes of the server program's stream: too
         // late, the connection stays on TCP, untouched.
         if (r == Reason::none && Clock::now() > n.t_connect + switch_window() - switch_margin()) {
+            remember_locked(reinterpret_cast<sockaddr *>(&n.peer), Reason::none);  // it runs rdmasock
             RS_DEBUG("negotiation fd=%d: the answer was handled %ld us after the request: too late to switch",
                      c->tcp_fd(), static_cast<long>(std::chrono::duration_cast<std::chrono::microseconds>(
                                       Clock::now() - n.t_connect).count()));
@@ -849,6 +859,11 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
     default:
         RS_DEBUG("negotiation fd=%d: %s (status %d)", c->tcp_fd(), rdma_event_str(ev->event), ev->status);
         r = failure_reason(ev);
+        // A DECLINE comes from rdmasock on the peer: whatever it says is about this
+        // connection (a timeout included), not a reason to skip the next probes.
+        if (ev->event == RDMA_CM_EVENT_REJECTED && ev->param.conn.private_data != nullptr &&
+            neg::is_decline(ev->param.conn.private_data, ev->param.conn.private_data_len))
+            remember_locked(reinterpret_cast<sockaddr *>(&n.peer), Reason::none);
         break;
     }
     if (r != Reason::none)

@@ -891,6 +891,14 @@ void Conn::note_declined(Reason why) noexcept
         decide_tcp_locked(why);
 }
 
+void Conn::note_late_request() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (side_ == Side::server && phase_.load() == Phase::tcp && !closed_ && sock_ != nullptr &&
+        sock_->reason.load(std::memory_order_relaxed) == Reason::peer_no_rdmasock)
+        sock_->reason.store(Reason::timeout, std::memory_order_relaxed);
+}
+
 void Conn::note_closing() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);

@@ -76,6 +76,9 @@ public:
     // peer_no_rdmasock.
     // The client runs rdmasock and will stay on TCP: the socket is decided at once.
     void note_declined(Reason why) noexcept;
+    // Server: an RDMA request came for this socket after it had stopped waiting for one
+    // and gone to TCP: its reason is timeout, not peer_no_rdmasock.
+    void note_late_request() noexcept;
     // Server: why a socket no RDMA request bound is on TCP (the reason this process
     // declined one with, else no rdmasock on the client).
     Reason undecided_reason() const noexcept

@@ -17,6 +17,8 @@
 //   hello_addr_wrap (ring address + size wraps) hello_zero_nonce hello_zero_port
 //   hello_third_party (a 4-tuple that does not exist)
 //   hello_attach_existing (the 4-tuple of another live connection, --steal-port)
+//   hello_late (not malformed: a valid HELLO 4 s after the TCP connection, when the
+//   victim has stopped waiting for a request and is on TCP: DECLINE timeout, at once)
 // After a valid HELLO and ACCEPT, SWITCH(0) and a bad CONFIRM on the TCP stream (then
 // N pattern bytes on TCP; the victim must stay on TCP and deliver exactly the bytes
 // sent):
@@ -102,7 +104,9 @@ const char *const kReasonCodes[] = {
 
 constexpr int kWaitMs = 15000;     // any single wait for the victim
 // confirm_late: the CONFIRM's delay after the SWITCH, beyond the victims' wait for the
-// SWITCH (2 x RDMASOCK_PROBE_TIMEOUT_MS of 1000 + 1 s, hostile_tests.cc).
+// SWITCH (2 x RDMASOCK_PROBE_TIMEOUT_MS of 1000 + 1 s, hostile_tests.cc); hello_late:
+// the HELLO's delay after the TCP connection, beyond the victims' wait for a request
+// (the same window).
 constexpr int kLateConfirmMs = 4000;
 constexpr unsigned kOurLog2 = 16;  // our receive ring: 64 KiB
 constexpr int kDepth = 32;
@@ -426,7 +430,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         "data_before_confirm",
         "data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client",
         "write_outside_ring", "peer_reset", "hello_family", "hello_unaligned", "hello_addr_wrap",
-        "hello_zero_nonce", "hello_zero_port", "tcp_after_confirm", "data_after_fin", "confirm_late"};
+        "hello_zero_nonce", "hello_zero_port", "tcp_after_confirm", "data_after_fin", "confirm_late", "hello_late"};
     if (!known_case(known, sizeof known / sizeof known[0], kase, "client"))
         return 4;
 
@@ -500,6 +504,8 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
     else if (kase == "hello_zero_port")
         memset(hello + 40, 0, 2);
 
+    if (kase == "hello_late")
+        usleep(static_cast<useconds_t>(kLateConfirmMs) * 1000);  // past the victim's wait for a request
     rdma_conn_param param;
     conn_param(&param, hello, hello_len);
     if (rdma_connect(id, &param) != 0)

@@ -22,7 +22,8 @@
 //       version_mismatch (third party / attach to another connection's 4-tuple: the
 //       request is parked, then DECLINE rejected); the connection continues on TCP
 //       (reason peer_no_rdmasock: its first bytes are no CONFIRM), every byte the hostile
-//       wrote delivered exactly and echoed back;
+//       wrote delivered exactly and echoed back; a valid HELLO after the victim stopped
+//       waiting for one (hello_late): DECLINE timeout at once, victim reason timeout;
 //     - bad CONFIRM after an ACCEPT: the victim stays on TCP with reason bad_message,
 //       delivers exactly the bytes the hostile wrote (the bad frame included: they are
 //       the TCP stream), and disconnects the RDMA connection; the same when the RDMA
@@ -414,6 +415,10 @@ bool init_tests()
     });
     for (std::string k : {"third_party", "attach_existing"})
         add(hello, k, [k, tcp] { client_case("hello_" + k, {"REJECTED", "rejected", "none", "none", tcp, "peer_no_rdmasock"}); });
+    // A valid request that comes after the victim stopped waiting for one (its socket is
+    // on TCP): declined at once with timeout, which is also the victim's reason (not
+    // peer_no_rdmasock: the client does run rdmasock).
+    add(hello, "late", [tcp] { client_case("hello_late", {"REJECTED", "timeout", "none", "none", tcp, "timeout"}); });
     master.add(hello);
 
     auto *confirm = BOOST_TEST_SUITE("confirm");
