@@ -997,7 +997,7 @@ ssize_t Conn::presw_recv_locked(msghdr *msg, size_t done, size_t total, uint64_t
 
 int Conn::gate_expired_locked() noexcept
 {
-    if (switch_known_ || std::chrono::steady_clock::now() <= gate_deadline_)
+    if (std::chrono::steady_clock::now() <= gate_deadline_)
         return 0;
     // No SWITCH in time.  The queue pair stops first (rdma_disconnect moves it to the
     // error state), then the completion queue is read once more: a SWITCH that got in

@@ -242,8 +242,8 @@ private:
     // Client: write (the rest of) the CONFIRM once the SWITCH has completed.
     void push_confirm_locked() noexcept;
     void give_up_verify_locked(Reason why) noexcept;
-    // Server, verifying: 0 while the SWITCH/CONFIRM may still come, else decided tcp
-    // (timeout) and -1.
+    // Server, verifying, no SWITCH yet: 0 while it may still come (or it got in as the
+    // wait ended), else decided tcp (timeout) and -1.
     int gate_expired_locked() noexcept;
     // Both sides, at the switch: phase rdma, readiness moves to the eventfds.
     void enter_rdma_locked(int lowat) noexcept;
@@ -320,8 +320,8 @@ private:
     // was found after all (gate_expired_locked)
     bool qp_stopped_ = false;
     uint64_t switch_at_ = 0;
-    // server, verifying: give up (decide tcp) when no SWITCH, or no CONFIRM at its
-    // offset, has come by then
+    // server, verifying: give up (decide tcp) when no SWITCH has come by then (once it
+    // has, the bytes at its offset decide, with no deadline)
     std::chrono::steady_clock::time_point gate_deadline_{};
     // client: the CONFIRM still to write once the SWITCH request has completed
     std::atomic<bool> confirm_pending_{false};

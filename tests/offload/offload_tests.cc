@@ -1656,6 +1656,19 @@ void program_iperf3(const std::string &variant, const std::vector<std::string> &
                  std::to_string(j.get<uint64_t>(std::string("end.") + k + ".bytes")) + " bytes)");
 }
 
+// n pseudo-random bytes (xorshift64 from seed); printable: '!'..'z', no line breaks.
+std::string random_bytes(size_t n, uint64_t seed, bool printable)
+{
+    std::string out(n, '\0');
+    for (auto &ch : out) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        ch = static_cast<char>(printable ? '!' + (seed >> 32) % 90 : seed >> 32);
+    }
+    return out;
+}
+
 // redis: redis-server and its own clients, all under the library.  redis-benchmark
 // (hiredis: nonblocking connect, then a second connect() that reports the handshake's
 // completion; epoll; pipelined requests) in the default, asynchronous mode, so its
@@ -1686,24 +1699,8 @@ void program_redis(int clients)
         bp.kill_all();
     finish_prog(br, bp, dir, "b", !b_ok);
     note(name + ": " + std::to_string(static_cast<long>(now_ms() - t0)) + " ms for redis-benchmark");
-    // A 1 MB value (base64, one line) stored and read back.
-    std::string value;
-    {
-        std::vector<uint8_t> raw(786432);
-        uint64_t x = 0x9E3779B97F4A7C15ull;
-        for (auto &byte : raw) {  // xorshift64
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            byte = static_cast<uint8_t>(x >> 24);
-        }
-        static const char *b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        for (size_t i = 0; i + 2 < raw.size(); i += 3) {
-            uint32_t v = (raw[i] << 16) | (raw[i + 1] << 8) | raw[i + 2];
-            for (int k = 18; k >= 0; k -= 6)
-                value += b64[(v >> k) & 63];
-        }
-    }
+    // A 1 MB value (printable, one line) stored and read back.
+    const std::string value = random_bytes(1u << 20, 0x9E3779B97F4A7C15ull, true);
     write_file(dir / "value", value);
     ProgRun wr, rr;
     wr.name = "redis-cli set";
@@ -1836,17 +1833,7 @@ void program_nginx(bool single)
     TempDir dir;
     dir.keep = cfg.keep;
     const std::string port = std::to_string(free_port(cfg.addr));
-    std::string body;
-    {
-        uint64_t x = 0x2545F4914F6CDD1Dull;
-        body.resize(1u << 20);
-        for (auto &ch : body) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ch = static_cast<char>(x >> 32);
-        }
-    }
+    const std::string body = random_bytes(1u << 20, 0x2545F4914F6CDD1Dull, false);
     const std::string t = dir.path();
     mkdir((t + "/www").c_str(), 0755);
     write_file(t + "/www/file.bin", body);
