@@ -976,4 +976,23 @@ void finish_deferred_at_exit() noexcept
             finish_deferred_close(*s);
 }
 
+void close_lines_at_exit() noexcept
+{
+    if (!log::enabled(log::kInfo))
+        return;
+    ErrnoGuard g;
+    std::vector<const Socket *> seen;
+    try {
+        fdt::for_each([&seen](int fd, const SocketRef &s) {
+            for (const Socket *p : seen)
+                if (p == s.get())
+                    return;  // a duplicate: its socket has its line
+            seen.push_back(s.get());
+            CloseInfo ci = capture(fd, *s);
+            log_close(fd, *s, ci);
+        });
+    } catch (...) {  // out of memory at exit: the lines not written yet are lost
+    }
+}
+
 }  // namespace rdmasock::hook

@@ -29,5 +29,8 @@ int ioctl(int fd, unsigned long request, void *arg) noexcept;
 
 // At exit: close the connections whose close() was handed to calls still blocked.
 void finish_deferred_at_exit() noexcept;
+// At exit: the close line of every connection the program left open (the kernel closes
+// it now), once per socket, under its lowest descriptor.
+void close_lines_at_exit() noexcept;
 
 }  // namespace rdmasock::hook

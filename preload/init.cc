@@ -11,6 +11,7 @@ __attribute__((constructor(101))) void rdmasock_load() noexcept { rdmasock::rt::
 __attribute__((destructor(101))) void rdmasock_unload() noexcept
 {
     rdmasock::hook::finish_deferred_at_exit();  // closed by the program, calls still blocked
+    rdmasock::hook::close_lines_at_exit();      // left open by the program
     rdmasock::offload::at_exit();
 }
 }  // namespace

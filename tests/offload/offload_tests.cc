@@ -1744,8 +1744,18 @@ void program_redis(int clients)
     // CONFIG GET connection that closes before its switch (closed_early).  Every
     // connection on RDMA but that one, or one whose test ended before its switch (also
     // closed_early: a test of 500 requests takes a few seconds here, the switch a few
-    // hundred ms).  redis-cli exits without close() (no close line of its own): its two
-    // connections show in the server's lines, on RDMA from their first byte.
+    // hundred ms).  redis-cli exits without close(): its close line comes from the
+    // library's exit step; its two connections are on RDMA from their first byte.
+    for (const ProgRun *r : {&wr, &rr}) {
+        BOOST_CHECK_MESSAGE(r->closes.size() == 1, name << ": " << r->closes.size() << " close lines from "
+                                                        << r->name << ", want 1 (logged at its exit)\n" << all);
+        for (const Fields &f : r->closes)
+            BOOST_CHECK_MESSAGE(field(f, "transport") == "rdma" &&
+                                    num(f, r == &wr ? "bytes_sent" : "bytes_received") > value.size(),
+                                name << ": " << r->name << " transport=" << field(f, "transport")
+                                     << " bytes_sent=" << field(f, "bytes_sent")
+                                     << " bytes_received=" << field(f, "bytes_received"));
+    }
     int rdma = 0, early = 0;
     for (const Fields &f : br.closes) {
         if (field(f, "transport") == "rdma")

@@ -144,12 +144,17 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
     } else if (key == "signals") {
         // The main pair on RDMA; the connection a thread makes to wake the blocked
         // accept() (SA_RESTART part) is never read on the server side, which the scenario
-        // leaves open (no line): the client times out.
+        // leaves open (its line comes at exit, still undecided): the client times out.
         o->rdma = 1;
-        o->tcp = {"client timeout"};
+        o->tcp = {"client timeout", "server pending"};
     } else if (key == "exit-deferred") {
         // One connection from the parent to its fork child (whose library starts after
         // the fork), on RDMA; the child's close line comes from its exit.
+        o->rdma = 1;
+        o->across = true;
+    } else if (key == "exit-open") {
+        // The same, the child exiting with the connection open: its line comes from the
+        // library's exit step.
         o->rdma = 1;
         o->across = true;
     } else if (key == "fork-connect") {
@@ -1116,12 +1121,29 @@ b reads EOF after the duplicate's close = 0
 // close() would have closed it.  RDMA mode: the parent reads every byte, then EOF (it got
 // ECONNRESET before: the deferred close never ran, the child's kernel closed the TCP
 // socket without an RDMA FIN), and the child logs its close line.
-PARITY_CASE(exit_with_deferred_close, ({"exit-deferred"}), nullptr,
-R"(parent writes its go = 1
+// (the parent's transcript of exit-deferred and exit-open)
+const char *const kParentReadsChild = R"(parent writes its go = 1
 the read after the data = 0 (EOF)
 child exit = 0
 received 100000 bytes, verify=ok
-)")
+)";
+PARITY_CASE(exit_with_deferred_close, ({"exit-deferred"}), nullptr, kParentReadsChild)
+
+// exit() with a connection open: the kernel closes it; the peer reads every byte, then
+// EOF, and the exiting process logs the connection's close line (it logged none before).
+void check_exit_open_log(const Runs &r)
+{
+    BOOST_CHECK_EQUAL(r.lc.closes.size(), 2u);
+    auto c = with_role(r, "client"), s = with_role(r, "server");
+    BOOST_REQUIRE_MESSAGE(s.size() == 1u, "want one close line for the child's end\n" << r.log);
+    BOOST_REQUIRE_EQUAL(c.size(), 1u);
+    BOOST_CHECK_NE(s[0].at("pid"), c[0].at("pid"));
+    BOOST_CHECK_EQUAL(s[0].at("bytes_sent"), "100000");
+    BOOST_CHECK_EQUAL(s[0].at("transport"), want_transport(r));
+    BOOST_CHECK_EQUAL(c[0].at("bytes_received"), "100000");
+}
+
+PARITY_CASE(exit_with_connection_open, ({"exit-open"}), check_exit_open_log, kParentReadsChild)
 
 // A fork child of a process that already listens connects to it, writes, closes while
 // another of its threads reads, and exits: every byte, then EOF.  RDMA mode: the child's

@@ -1906,13 +1906,11 @@ int sc_fork_connect(const Args &)
     return 0;
 }
 
-// exit-deferred: a process (a fork child, whose library starts after the fork) accepts
-// a connection from its parent, reads its go, writes, closes it while another of its
-// threads is blocked reading it, and exits at once.  The kernel releases the socket at the exit:
-// the parent reads every byte, then EOF.
-int sc_exit_deferred(const Args &)
+// A fork child (whose library starts after the fork) listens, accepts its parent's
+// connection, reads its go, then runs `child` on it (which exits); the parent reads
+// every byte (seed kSeedS) and what follows them, then reaps the child.
+int parent_reads_exiting_child(size_t n, void (*child)(int s, size_t n))
 {
-    const size_t n = 100000;
     int portp[2];
     must(pipe2(portp, O_CLOEXEC), "pipe2");
     fflush(stdout);
@@ -1927,7 +1925,8 @@ int sc_exit_deferred(const Args &)
         char go = 0;
         if (read_n(s, &go, 1) != 1)  // (the parent's go: under the library, on RDMA by now)
             _exit(2);
-        write_close_exit_while_reading(s, n, kSeedS);
+        child(s, n);
+        _exit(4);  // (child exits itself)
     }
     close(portp[1]);
     sockaddr_storage la{};
@@ -1940,6 +1939,26 @@ int sc_exit_deferred(const Args &)
     read_to_end_and_reap(c, pid, n, kSeedS);
     close(c);
     return 0;
+}
+
+// exit-deferred: the child writes, closes the connection while another of its threads
+// is blocked reading it, and exits at once.  The kernel releases the socket at the exit:
+// the parent reads every byte, then EOF.
+int sc_exit_deferred(const Args &)
+{
+    return parent_reads_exiting_child(100000, [](int s, size_t n) { write_close_exit_while_reading(s, n, kSeedS); });
+}
+
+// exit-open: the child writes and exits without closing the connection (nor its
+// listener): the kernel closes them at the exit.  The parent reads every byte, then EOF;
+// under the library the child logs the connection's close line at its exit.
+int sc_exit_open(const Args &)
+{
+    return parent_reads_exiting_child(100000, [](int s, size_t n) {
+        std::vector<uint8_t> b(n);
+        fill(b.data(), n, 0, kSeedS);
+        exit(write_all(s, b.data(), n) ? 0 : 1);
+    });
 }
 
 int sc_dup2_live(const Args &)
@@ -2765,6 +2784,7 @@ const Scenario kScenarios[] = {
     {"nonblock-elsewhere", sc_nonblock_elsewhere, ""},
     {"fork-connect", sc_fork_connect, ""},
     {"exit-deferred", sc_exit_deferred, ""},
+    {"exit-open", sc_exit_open, ""},
     {"fork", sc_fork, ""},
     {"close-read", sc_close_read, ""},
     {"signals", sc_signals, ""},
