@@ -13,17 +13,17 @@
 #include <new>
 #include <vector>
 
-#include "core/fd_table.hh"
+#include "base/fd.hh"
+#include "base/log.hh"
+#include "base/real.hh"
+#include "conn/rdma_conn.hh"
+#include "engine/offload.hh"
+#include "engine/readiness.hh"
 #include "include/rdmasock.h"
-#include "core/offload.hh"
-#include "core/readiness.hh"
-#include "core/signals.hh"
-#include "core/real.hh"
-#include "core/runtime.hh"
-#include "log/log.hh"
-#include "transport/rdma_conn.hh"
-#include "transport/transport.hh"
-#include "util/fd.hh"
+#include "process/fd_table.hh"
+#include "process/runtime.hh"
+#include "process/signals.hh"
+#include "process/transport.hh"
 
 extern "C" void __chk_fail(void) __attribute__((noreturn));
 

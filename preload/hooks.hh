@@ -19,7 +19,7 @@ namespace rdmasock::hook {
 #define RS_DATA(ret, name, params, args, fd) ret name params noexcept;
 #define RS_HOOK(ret, name, params, args) ret name params noexcept;
 #define RS_VA(ret, name, params)
-#include "symbols.def"
+#include "base/symbols.def"
 #undef RS_DATA
 #undef RS_HOOK
 #undef RS_VA

@@ -1,9 +1,9 @@
 // Library constructor: the only code that runs at load.  It checks secure-execution
 // mode and resolves the real symbols; nothing else (no environment, file, thread or
 // device) until the first eligible socket.
-#include "core/offload.hh"
-#include "core/runtime.hh"
+#include "engine/offload.hh"
 #include "hooks.hh"
+#include "process/runtime.hh"
 
 namespace {
 __attribute__((constructor(101))) void rdmasock_load() noexcept { rdmasock::rt::on_load(); }

@@ -4,9 +4,9 @@
 #include <cstdarg>
 #include <fcntl.h>
 
-#include "core/fd_table.hh"
-#include "core/real.hh"
+#include "base/real.hh"
 #include "preload/hooks.hh"
+#include "process/fd_table.hh"
 
 #define RS_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -20,7 +20,7 @@
 #define RS_HOOK(ret, name, params, args)                                       \
     RS_EXPORT ret name params noexcept { return ::rdmasock::hook::name args; }
 #define RS_VA(ret, name, params)
-#include "symbols.def"
+#include "base/symbols.def"
 #undef RS_DATA
 #undef RS_HOOK
 #undef RS_VA

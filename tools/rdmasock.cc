@@ -13,8 +13,9 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "base/log.hh"
+#include "base/reason.hh"
 #include "config/config.hh"
-#include "core/reason.hh"
 
 #ifndef RDMASOCK_LIBDIR
 #define RDMASOCK_LIBDIR "/usr/lib/rdmasock"
@@ -27,7 +28,7 @@ const char *const kLibName = "librdmasock.so";
 std::string default_for(const rdmasock::TunableInfo &t)
 {
     if (!strcmp(t.kind, "level"))
-        return rdmasock::level_name(atoi(t.def));
+        return rdmasock::log::level_name(atoi(t.def));
     if (!strcmp(t.kind, "string"))
         return "(unset)";
     return t.def;
@@ -171,7 +172,7 @@ int main(int argc, char **argv)
             std::string v;
             if (!take(v))
                 return 2;
-            if (rdmasock::parse_level(v.c_str()) < 0) {
+            if (rdmasock::log::parse_level(v.c_str()) < 0) {
                 fprintf(stderr, "rdmasock: bad log level '%s' (error, warn, info, debug, trace)\n",
                         v.c_str());
                 return 2;

@@ -5,11 +5,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/log.hh"
+
 namespace rdmasock {
 
 namespace {
 
-const char *const kLevels[] = {"error", "warn", "info", "debug", "trace"};
 
 const TunableInfo kTunables[] = {
 #define RS_KIND_Bool "bool"
@@ -73,9 +74,9 @@ bool set(long &field, const char *env, const char *v, long min, long max, Warner
 
 bool set(int &field, const char *env, const char *v, long, long, Warner warn, void *ctx)
 {
-    int l = parse_level(v);
+    int l = log::parse_level(v);
     if (l < 0) {
-        warn_bad(warn, ctx, env, v, "error, warn, info, debug or trace", level_name(field));
+        warn_bad(warn, ctx, env, v, "error, warn, info, debug or trace", log::level_name(field));
         return false;
     }
     field = l;
@@ -89,21 +90,6 @@ bool set(std::string &field, const char *, const char *v, long, long, Warner, vo
 }
 
 }  // namespace
-
-const char *level_name(int level) noexcept
-{
-    return level >= 0 && level <= 4 ? kLevels[level] : "?";
-}
-
-int parse_level(const char *s) noexcept
-{
-    for (int i = 0; i <= 4; ++i)
-        if (!strcasecmp(s, kLevels[i]))
-            return i;
-    if (s[0] >= '0' && s[0] <= '4' && s[1] == '\0')
-        return s[0] - '0';
-    return -1;
-}
 
 const TunableInfo *tunables(unsigned *count) noexcept
 {

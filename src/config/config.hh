@@ -36,7 +36,4 @@ using EnvGetter = const char *(*)(const char *name, void *ctx);
 using Warner = void (*)(const char *line, void *ctx);
 Config load_config(EnvGetter get, void *get_ctx, Warner warn, void *warn_ctx);
 
-const char *level_name(int level) noexcept;
-int parse_level(const char *s) noexcept;  // -1 when not a level
-
 }  // namespace rdmasock

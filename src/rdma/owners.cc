@@ -1,5 +1,5 @@
+#include "base/fd.hh"
 #include "rdma/owners.hh"
-#include "util/fd.hh"
 
 #include <cerrno>
 #include <cstring>

@@ -20,8 +20,8 @@
 
 #include <sys/socket.h>
 
-#include "core/negotiate.hh"
-#include "core/reason.hh"
+#include "wire/negotiate.hh"
+#include "base/reason.hh"
 
 namespace rsfuzz {
 

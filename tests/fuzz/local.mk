@@ -16,7 +16,7 @@ tests_fuzz_fuzz_replay_SOURCES = tests/fuzz/replay_main.cc tests/fuzz/seeds.cc \
 	tests/fuzz/seeds.hh tests/fuzz/fuzz.hh \
 	tests/fuzz/fuzz_hello.cc tests/fuzz/fuzz_accept.cc tests/fuzz/fuzz_decline.cc \
 	tests/fuzz/fuzz_confirm.cc tests/fuzz/fuzz_roundtrip.cc \
-	src/core/negotiate.cc src/core/reason.cc
+	src/wire/negotiate.cc src/base/reason.cc
 tests_fuzz_fuzz_replay_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DRS_FUZZ_CORPUS='"$(abs_top_srcdir)/tests/fuzz/corpus"'
 
@@ -81,8 +81,8 @@ FUZZ_SANITIZE = address,undefined
 FUZZ_CPPFLAGS = -D_GNU_SOURCE -I$(top_srcdir)/src -DRS_FUZZ_LIBFUZZER
 FUZZ_CXXFLAGS = -std=c++17 -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all -Wall -Wextra
 FUZZ_BIN = tests/fuzz/bin
-FUZZ_CORE_DEPS = $(top_srcdir)/src/core/negotiate.hh $(top_srcdir)/src/core/reason.hh \
-	$(top_srcdir)/src/core/reason.def
+FUZZ_CORE_DEPS = $(top_srcdir)/src/wire/negotiate.hh $(top_srcdir)/src/base/reason.hh \
+	$(top_srcdir)/src/base/reason.def
 FUZZ_OBJS = $(FUZZ_BIN)/negotiate.o $(FUZZ_BIN)/reason.o
 FUZZ_PROGS = $(FUZZ_TARGETS:%=$(FUZZ_BIN)/fuzz_%)
 FUZZ_RUNS = $(FUZZ_TARGETS:%=check-fuzz-%)
@@ -104,13 +104,13 @@ fuzz-toolchain:
 	  exit 1; }
 	@rm -f $(FUZZ_BIN)/probe $(FUZZ_BIN)/probe.cc $(FUZZ_BIN)/probe.log
 
-$(FUZZ_BIN)/negotiate.o: $(top_srcdir)/src/core/negotiate.cc $(FUZZ_CORE_DEPS) | fuzz-toolchain
+$(FUZZ_BIN)/negotiate.o: $(top_srcdir)/src/wire/negotiate.cc $(FUZZ_CORE_DEPS) | fuzz-toolchain
 	$(AM_V_CXX)$(FUZZ_CXX) $(FUZZ_CPPFLAGS) $(FUZZ_CXXFLAGS) \
-	  -fsanitize=fuzzer-no-link,$(FUZZ_SANITIZE) -c -o $@ $(top_srcdir)/src/core/negotiate.cc
+	  -fsanitize=fuzzer-no-link,$(FUZZ_SANITIZE) -c -o $@ $(top_srcdir)/src/wire/negotiate.cc
 
-$(FUZZ_BIN)/reason.o: $(top_srcdir)/src/core/reason.cc $(FUZZ_CORE_DEPS) | fuzz-toolchain
+$(FUZZ_BIN)/reason.o: $(top_srcdir)/src/base/reason.cc $(FUZZ_CORE_DEPS) | fuzz-toolchain
 	$(AM_V_CXX)$(FUZZ_CXX) $(FUZZ_CPPFLAGS) $(FUZZ_CXXFLAGS) \
-	  -fsanitize=fuzzer-no-link,$(FUZZ_SANITIZE) -c -o $@ $(top_srcdir)/src/core/reason.cc
+	  -fsanitize=fuzzer-no-link,$(FUZZ_SANITIZE) -c -o $@ $(top_srcdir)/src/base/reason.cc
 
 $(FUZZ_PROGS): $(FUZZ_BIN)/fuzz_%: $(top_srcdir)/tests/fuzz/fuzz_%.cc \
 		$(top_srcdir)/tests/fuzz/fuzz.hh $(FUZZ_CORE_DEPS) $(FUZZ_OBJS) | fuzz-toolchain

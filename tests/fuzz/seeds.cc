@@ -189,7 +189,7 @@ bool check_known_answers()
            "match_confirm(CONFIRM)");
 
     // The DECLINE reason byte is the Reason enum's value (protocol.md), so the order of
-    // src/core/reason.def is part of the wire protocol: a server's decline must mean the
+    // src/base/reason.def is part of the wire protocol: a server's decline must mean the
     // same to clients of other builds.  Renumbering needs a new protocol version.
     const struct {
         uint8_t wire;
@@ -204,7 +204,7 @@ bool check_known_answers()
         if (strcmp(code, w.code) != 0) {
             fprintf(stderr,
                     "known answer: DECLINE reason byte %u is %s in this build, %s on the wire"
-                    " (src/core/reason.def was reordered: a wire protocol change)\n",
+                    " (src/base/reason.def was reordered: a wire protocol change)\n",
                     w.wire, code, w.code);
             ok = false;
         }

@@ -1,7 +1,7 @@
 // hostile: a peer that speaks rdmasock's protocol (docs/protocol.md) and breaks it on
 // purpose, one misbehaviour per run (tests/offload/hostile_tests.cc).  Plain C++17 on
 // librdmacm, libibverbs and sockets; it never runs under librdmasock.  Messages are
-// built with the library's own encoders (src/core/negotiate.cc), then corrupted.
+// built with the library's own encoders (src/wire/negotiate.cc), then corrupted.
 //
 //   hostile client --addr A --port P --case CASE [--bytes N] [--steal-port L]
 //       TCP-connect to A:P (a victim server under librdmasock), then negotiate over
@@ -89,7 +89,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "src/core/negotiate.hh"
+#include "src/wire/negotiate.hh"
 #include "tests/offload/hostile_common.hh"
 
 namespace neg = rdmasock::neg;
@@ -98,7 +98,7 @@ namespace {
 
 const char *const kReasonCodes[] = {
 #define RS_REASON(id, code, doc) code,
-#include "src/core/reason.def"
+#include "src/base/reason.def"
 #undef RS_REASON
 };
 

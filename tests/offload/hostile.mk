@@ -25,7 +25,7 @@ check_PROGRAMS += tests/offload/hostile tests/offload/victim tests/offload/hosti
 
 # The misbehaving peer: plain rdma_cm/verbs/sockets, messages from the library's encoders.
 tests_offload_hostile_SOURCES = tests/offload/hostile.cc tests/offload/hostile_common.hh \
-	src/core/negotiate.cc src/core/negotiate.hh
+	src/wire/negotiate.cc src/wire/negotiate.hh
 tests_offload_hostile_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
 tests_offload_hostile_LDADD = $(RDMACM_LIBS) $(IBVERBS_LIBS)
 

@@ -440,7 +440,7 @@ bool init_tests()
     master.add(confirm);
 
     auto *ring = BOOST_TEST_SUITE("ring");
-    // The victim's log line for each check (src/transport/rdma_conn.cc, Conn::fail).
+    // The victim's log line for each check (src/conn/rdma_conn.cc, Conn::fail).
     const std::vector<std::pair<std::string, std::string>> checks = {
         {"data_overflow", "reset: peer wrote beyond the space it was granted"},
         {"data_zero", "reset: peer wrote beyond the space it was granted"},

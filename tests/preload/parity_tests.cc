@@ -1065,7 +1065,7 @@ peer reads = 3
 /* ---- descriptors, fork, threads, signals ------------------------------------------ */
 
 // RDMA mode: the library's own descriptors (rdma_cm channel, devices, eventfds, ...)
-// live on high numbers (src/util/fd.hh), so the program's sockets get the same numbers
+// live on high numbers (src/base/fd.hh), so the program's sockets get the same numbers
 // as without it.
 PARITY_CASE(dup_family, ({"dup"}), check_dup_log,
 R"(a=4 b=5
@@ -1248,7 +1248,7 @@ blocked accept returned -1 EINVAL
 )")
 
 // RDMA mode: a blocking read() on an offloaded socket interrupted by a handler installed
-// with SA_RESTART is restarted, one without it returns EINTR (src/core/signals.hh: the
+// with SA_RESTART is restarted, one without it returns EINTR (src/process/signals.hh: the
 // library knows which signal interrupted it).
 PARITY_CASE(signals_eintr_restart, ({"signals"}), nullptr,
 R"(without SA_RESTART

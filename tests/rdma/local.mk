@@ -1,10 +1,9 @@
-# RDMA: the RAII owners (part of the core library) and the device tests.
+# RDMA: the device tests of the RAII owners (src/rdma, part of the core library).
 #
 # The device tests need an active RDMA device.  Under plain `make check` on a host
 # without one they exit 77 and automake reports them as SKIP; `make check-rdma` runs
 # them for real inside the soft-RoCE VM (tests/vm/run), where a skip is a failure.
 
-librdmasock_core_la_SOURCES += src/rdma/owners.cc src/rdma/owners.hh
 
 RDMA_DEVICE_TESTS = tests/rdma/owners_test tests/rdma/write_imm_test tests/rdma/memlock_test
 check_PROGRAMS += $(RDMA_DEVICE_TESTS)

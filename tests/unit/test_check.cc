@@ -7,7 +7,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "util/check.hh"
+#include "base/check.hh"
 
 namespace {
 __attribute__((noinline)) void deep_frame(int x)

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "util/copy.hh"
+#include "base/copy.hh"
 
 using rdmasock::util::bulk_copy;
 using rdmasock::util::calibrate_copy;

@@ -4,7 +4,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "core/fd_table.hh"
+#include "process/fd_table.hh"
 
 using namespace rdmasock;
 

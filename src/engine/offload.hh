@@ -1,0 +1,48 @@
+// Connection offload: the client and server sides of the negotiation
+// (docs/protocol.md) and the progress thread that serves rdma_cm events, completion
+// channels and the liveness of offloaded connections' TCP sockets.
+//
+// The progress thread starts at the first socket that could be offloaded (a listen()
+// or a connect() while an RDMA device is present), never at load.
+#pragma once
+
+#include "process/runtime.hh"
+#include "process/socket.hh"
+
+namespace rdmasock {
+class Conn;
+}
+
+namespace rdmasock::offload {
+
+// connect() made (or, nonblocking, started) the TCP connection `fd`: start negotiating
+// RDMA in the background (the program uses the TCP connection meanwhile), or record
+// why not.  `wait` (RDMASOCK_CONNECT_WAIT): return only once it is decided.
+void client_negotiate(int fd, Socket &s, bool wait) noexcept;
+
+// listen() succeeded on a tracked socket: open the RDMA listener on the same address
+// and port, in the RDMA port space.
+void on_listen(int fd, Socket &s) noexcept;
+
+// listen() failed after on_listen(): close the RDMA listener again.
+void drop_listener(Socket &s) noexcept;
+
+// accept() on listener `ls` returned `fd`, tracked as `s`.
+void on_accept(Socket &ls, int fd, Socket &s) noexcept;
+
+// close() of the last fd of `s` (before the kernel close): orderly or abortive
+// teardown of an offloaded connection; a listener's RDMA side is closed.
+void on_close(int fd, Socket &s) noexcept;
+
+// Process exit (library destructor, run by exit()): every offloaded connection still
+// open sends its FIN and waits (bounded) until its written bytes reached the peer, so
+// a program that writes and then exits loses nothing.  _exit() skips this.
+void at_exit() noexcept;
+
+// In a fork child: the parent's RDMA resources and thread are not ours.
+void after_fork_child() noexcept;
+
+// Forget cached negative results (tests).
+void clear_cache() noexcept;
+
+}  // namespace rdmasock::offload

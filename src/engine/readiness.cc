@@ -1,0 +1,624 @@
+#include "engine/readiness.hh"
+
+#include <cerrno>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "base/real.hh"
+#include "conn/rdma_conn.hh"
+#include "process/fd_table.hh"
+#include "process/runtime.hh"
+
+namespace rdmasock::readiness {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// An epoll registration of an fd that is (or may become) offloaded.
+struct Reg {
+    uint32_t events = 0;
+    epoll_data_t data{};
+    bool on_shadows = false;  // registered as the connection's two eventfds
+    int rd = -1, wr = -1;
+};
+
+struct Set {
+    std::map<int, Reg> regs;                       // fd -> registration
+    std::unordered_map<uint64_t, int> by_data;     // data of a shadow registration -> fd
+};
+
+std::mutex g_mu;
+// epfd -> registrations of offloaded fds.  Never destroyed: the library's threads may
+// still close descriptors (through the close hook) while the process runs its static
+// destructors at exit.
+std::map<int, Set> &sets() noexcept
+{
+    static auto *m = new std::map<int, Set>();
+    return *m;
+}
+std::atomic<int> g_shadow_regs{0};    // registrations currently on shadows, all sets
+std::atomic<int> g_sets_count{0};
+
+constexpr uint32_t kFlags = EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP;
+
+Conn *conn_of(const SocketRef &s) noexcept
+{
+    return s ? static_cast<Conn *>(s->transport) : nullptr;
+}
+
+// Put a registration onto the connection's shadows (g_mu held).
+int add_shadows(int epfd, Set &set, int fd, Reg &r, Conn &c) noexcept
+{
+    r.rd = c.rd_fd();
+    r.wr = c.wr_fd();
+    uint32_t flags = r.events & kFlags;
+    epoll_event ev{};
+    ev.data = r.data;
+    if (r.events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI)) {
+        ev.events = EPOLLIN | flags;
+        if (RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, r.rd, &ev) != 0 && errno != EEXIST)
+            return -errno;
+    }
+    if (r.events & EPOLLOUT) {
+        ev.events = EPOLLOUT | (flags & ~EPOLLEXCLUSIVE);
+        if (RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, r.wr, &ev) != 0 && errno != EEXIST)
+            return -errno;
+    }
+    r.on_shadows = true;
+    c.shadow_users(+1);
+    set.by_data[r.data.u64] = fd;
+    g_shadow_regs.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+}
+
+void del_shadows(int epfd, Set &set, int fd, Reg &r) noexcept
+{
+    if (!r.on_shadows)
+        return;
+    if (SocketRef s = fdt::get(fd))
+        if (Conn *c = conn_of(s))
+            c->shadow_users(-1);
+    RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, r.rd, nullptr);
+    RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, r.wr, nullptr);
+    set.by_data.erase(r.data.u64);
+    r.on_shadows = false;
+    g_shadow_regs.fetch_sub(1, std::memory_order_relaxed);
+}
+
+int ms_left(Clock::time_point deadline, bool infinite) noexcept
+{
+    if (infinite)
+        return -1;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    return left < 0 ? 0 : static_cast<int>(left);
+}
+
+// Fix up what the kernel returned for an epoll set that holds shadow registrations:
+// the program's own data, one event per registration, exact masks.  Returns the new
+// count.
+int fixup(int epfd, epoll_event *ev, int n) noexcept
+{
+    struct Hit {
+        int idx;
+        int fd;
+        uint32_t interest;
+    };
+    std::vector<Hit> hits;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        auto it = sets().find(epfd);
+        if (it == sets().end() || it->second.by_data.empty())
+            return n;
+        for (int i = 0; i < n; ++i) {
+            auto d = it->second.by_data.find(ev[i].data.u64);
+            if (d == it->second.by_data.end())
+                continue;
+            const Reg &r = it->second.regs[d->second];
+            hits.push_back({i, d->second, r.events});
+        }
+    }
+    if (hits.empty())
+        return n;
+    std::vector<bool> drop(static_cast<size_t>(n), false);
+    for (size_t h = 0; h < hits.size(); ++h) {
+        // Two events for one registration (its rd and wr eventfds): keep the first.
+        bool dup = false;
+        for (size_t k = 0; k < h; ++k)
+            if (hits[k].fd == hits[h].fd)
+                dup = true;
+        if (dup) {
+            drop[static_cast<size_t>(hits[h].idx)] = true;
+            continue;
+        }
+        SocketRef s = fdt::get(hits[h].fd);
+        Conn *c = conn_of(s);
+        unsigned m = c ? c->poll_mask(hits[h].fd) : 0;
+        uint32_t want = (hits[h].interest & ~kFlags) | EPOLLERR | EPOLLHUP;
+        uint32_t got = static_cast<uint32_t>(m) & want;
+        if (got == 0)
+            drop[static_cast<size_t>(hits[h].idx)] = true;
+        else
+            ev[hits[h].idx].events = got;
+        if ((hits[h].interest & EPOLLONESHOT) && c) {
+            // One event disables the whole registration, as the kernel does.
+            epoll_event off{};
+            RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, c->rd_fd(), &off);
+            RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, c->wr_fd(), &off);
+        }
+    }
+    int out = 0;
+    for (int i = 0; i < n; ++i)
+        if (!drop[static_cast<size_t>(i)])
+            ev[out++] = ev[i];
+    return out;
+}
+
+template <class Wait>
+int epoll_loop(int epfd, epoll_event *ev, int maxev, int timeout_ms, Wait &&wait) noexcept
+{
+    if (g_shadow_regs.load(std::memory_order_relaxed) == 0)
+        return wait(timeout_ms);
+    const bool infinite = timeout_ms < 0;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(infinite ? 0 : timeout_ms);
+    for (;;) {
+        int n = wait(ms_left(deadline, infinite));
+        if (n <= 0)
+            return n;
+        n = fixup(epfd, ev, n);
+        if (n > 0 || (!infinite && Clock::now() >= deadline))
+            return n;
+        (void)maxev;
+    }
+}
+
+// poll() over a mix of kernel fds and offloaded sockets.
+int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, bool use_mask) noexcept
+{
+    struct Map {
+        int kind;  // 0 kernel, 1 offloaded
+        size_t first, count;
+        SocketRef s;
+        long comp = -1;  // index of the connection's completion channel in k
+    };
+    std::vector<Map> map(nfds);
+    std::vector<pollfd> k;
+    k.reserve(nfds * 2 + 1);
+    bool any = false;
+    for (nfds_t i = 0; i < nfds; ++i) {
+        SocketRef s = fds[i].fd >= 0 && fdt::offloaded(fds[i].fd) ? fdt::get(fds[i].fd) : SocketRef();
+        Conn *c = conn_of(s);
+        if (c && c->phase() == Conn::Phase::rdma) {
+            c->begin_wait();  // the eventfds we sleep on must be current, and stay so
+            map[i] = {1, k.size(), 0, s};
+            if (fds[i].events & (POLLIN | POLLRDHUP | POLLPRI)) {
+                k.push_back({c->rd_fd(), POLLIN, 0});
+                k.push_back({c->tcp_fd(), POLLIN, 0});  // pre-switch bytes, TCP EOF
+            }
+            if (fds[i].events & POLLOUT)
+                k.push_back({c->wr_fd(), POLLOUT, 0});
+            // Wake on the completion itself rather than through the progress thread.
+            if (c->comp_fd() >= 0) {
+                map[i].comp = static_cast<long>(k.size());
+                k.push_back({c->comp_fd(), POLLIN, 0});
+            }
+            map[i].count = k.size() - map[i].first;
+            any = true;
+        } else if (c) {
+            // A server socket still deciding (maybe/verifying): the kernel's TCP
+            // readiness for now, plus its eventfd, written when it switches to RDMA.
+            if (fds[i].events & (POLLIN | POLLRDHUP | POLLPRI))
+                c->note_interest();
+            map[i] = {2, k.size(), 2, s};
+            k.push_back(fds[i]);
+            k.push_back({c->rd_fd(), POLLIN, 0});
+            any = true;
+        } else {
+            map[i] = {0, k.size(), 1, SocketRef()};
+            k.push_back(fds[i]);
+        }
+    }
+    if (!any) {
+        if (use_mask) {
+            timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+            return RS_REAL(ppoll)(fds, nfds, timeout_ms < 0 ? nullptr : &ts, mask);
+        }
+        return RS_REAL(poll)(fds, nfds, timeout_ms);
+    }
+    struct EndWait {
+        std::vector<Map> &m;
+        ~EndWait()
+        {
+            for (auto &x : m)
+                if (x.kind == 1)
+                    static_cast<Conn *>(x.s->transport)->end_wait();
+        }
+    } end_wait{map};
+    const bool infinite = timeout_ms < 0;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(infinite ? 0 : timeout_ms);
+    bool first = true;
+    for (;;) {
+        // Offloaded sockets first: if one is ready, the kernel part is only sampled.
+        int ready = 0;
+        for (nfds_t i = 0; i < nfds; ++i) {
+            fds[i].revents = 0;
+            if (map[i].kind != 1)
+                continue;
+            unsigned m = static_cast<Conn *>(map[i].s->transport)->poll_mask(fds[i].fd);
+            fds[i].revents = static_cast<short>(m & (static_cast<unsigned>(fds[i].events) | POLLERR | POLLHUP));
+            if (fds[i].revents)
+                ++ready;
+        }
+        // Sockets still deciding: a server holding TCP bytes back until the client's
+        // SWITCH is not readable (its TCP socket may be: those bytes are not ours to
+        // deliver yet); one that switched meanwhile starts over with its eventfds.
+        bool deciding = false;
+        for (nfds_t i = 0; i < nfds; ++i) {
+            if (map[i].kind != 2)
+                continue;
+            deciding = true;
+            int g = static_cast<Conn *>(map[i].s->transport)->presw_gated();
+            if (g < 0)
+                return poll_mixed(fds, nfds, ms_left(deadline, infinite), mask, use_mask);
+            k[map[i].first].events = g ? static_cast<short>(fds[i].events & ~POLLIN) : fds[i].events;
+        }
+        int tmo = ready ? 0 : ms_left(deadline, infinite);
+        // A socket may switch to RDMA while we sleep: look again at least every 50 ms.
+        if (deciding && (tmo < 0 || tmo > 50))
+            tmo = 50;
+        // Busy-poll mode: spin on the offloaded sockets (each poll_mask polls its
+        // completion queue) before sleeping.
+        if (!ready && tmo != 0 && rt::config().busy_poll_us > 0) {
+            auto end = Clock::now() + std::chrono::microseconds(rt::config().busy_poll_us);
+            while (!ready && Clock::now() < end) {
+                for (nfds_t i = 0; i < nfds; ++i) {
+                    if (map[i].kind != 1)
+                        continue;
+                    unsigned m = static_cast<Conn *>(map[i].s->transport)->poll_mask(fds[i].fd);
+                    fds[i].revents = static_cast<short>(m & (static_cast<unsigned>(fds[i].events) | POLLERR | POLLHUP));
+                    if (fds[i].revents)
+                        ++ready;
+                }
+            }
+            if (ready)
+                tmo = 0;
+        }
+        for (auto &p : k)
+            p.revents = 0;
+        int r;
+        if (use_mask && first) {
+            timespec ts{tmo / 1000, (tmo % 1000) * 1000000L};
+            r = RS_REAL(ppoll)(k.data(), k.size(), tmo < 0 ? nullptr : &ts, mask);
+        } else {
+            r = RS_REAL(poll)(k.data(), k.size(), tmo);
+        }
+        first = false;
+        if (r < 0)
+            return r;
+        for (nfds_t i = 0; i < nfds; ++i)
+            if (map[i].kind == 1 && map[i].comp >= 0 && (k[static_cast<size_t>(map[i].comp)].revents & POLLIN))
+                static_cast<Conn *>(map[i].s->transport)->on_completion_event();
+        for (nfds_t i = 0; i < nfds; ++i) {
+            if (map[i].kind != 2)
+                continue;
+            // It switched, or its TCP input is (now) only the CONFIRM or bytes held back:
+            // start over with its eventfds, or it is not readable.
+            int g = (k[map[i].first].revents & POLLIN) ? static_cast<Conn *>(map[i].s->transport)->presw_gated() : 0;
+            if (g < 0 || static_cast<Conn *>(map[i].s->transport)->phase() == Conn::Phase::rdma) {
+                int left = ms_left(deadline, infinite);
+                return poll_mixed(fds, nfds, left, mask, use_mask);
+            }
+            if (g > 0)
+                k[map[i].first].revents = static_cast<short>(k[map[i].first].revents & ~POLLIN);
+        }
+        for (nfds_t i = 0; i < nfds; ++i) {
+            if (map[i].kind == 0 || map[i].kind == 2) {
+                fds[i].revents = k[map[i].first].revents;
+                if (fds[i].revents)
+                    ++ready;
+            } else if (!fds[i].revents) {
+                unsigned m = static_cast<Conn *>(map[i].s->transport)->poll_mask(fds[i].fd);
+                fds[i].revents = static_cast<short>(m & (static_cast<unsigned>(fds[i].events) | POLLERR | POLLHUP));
+                if (fds[i].revents)
+                    ++ready;
+            }
+        }
+        if (ready > 0 || (!infinite && Clock::now() >= deadline))
+            return ready;
+    }
+}
+
+bool any_offloaded() noexcept
+{
+    return rt::g_offloaded.load(std::memory_order_relaxed) != 0 ||
+           rt::g_pending.load(std::memory_order_relaxed) != 0;
+}
+
+int select_mixed(int nfds, fd_set *r, fd_set *w, fd_set *e, int timeout_ms, const sigset_t *mask,
+                 bool use_mask) noexcept
+{
+    if (nfds < 0 || nfds > FD_SETSIZE) {
+        errno = EINVAL;
+        return -1;
+    }
+    std::vector<pollfd> p;
+    for (int fd = 0; fd < nfds; ++fd) {
+        short ev = 0;
+        if (r && FD_ISSET(fd, r))
+            ev |= POLLIN;
+        if (w && FD_ISSET(fd, w))
+            ev |= POLLOUT;
+        if (e && FD_ISSET(fd, e))
+            ev |= POLLPRI;
+        if (ev)
+            p.push_back({fd, ev, 0});
+    }
+    int n = poll_mixed(p.data(), p.size(), timeout_ms, mask, use_mask);
+    if (n < 0)
+        return n;
+    for (auto &x : p)
+        if (x.revents & POLLNVAL) {
+            errno = EBADF;
+            return -1;
+        }
+    if (r)
+        FD_ZERO(r);
+    if (w)
+        FD_ZERO(w);
+    if (e)
+        FD_ZERO(e);
+    int count = 0;
+    for (auto &x : p) {
+        if (r && (x.revents & (POLLIN | POLLHUP | POLLERR)) && (x.events & POLLIN)) {
+            FD_SET(x.fd, r);
+            ++count;
+        }
+        if (w && (x.revents & (POLLOUT | POLLERR)) && (x.events & POLLOUT)) {
+            FD_SET(x.fd, w);
+            ++count;
+        }
+        if (e && (x.revents & POLLPRI) && (x.events & POLLPRI)) {
+            FD_SET(x.fd, e);
+            ++count;
+        }
+    }
+    return count;
+}
+
+int to_ms(const timespec *ts) noexcept
+{
+    if (ts == nullptr)
+        return -1;
+    long long ms = ts->tv_sec * 1000LL + (ts->tv_nsec + 999999) / 1000000;
+    return ms > 0x7fffffff ? 0x7fffffff : static_cast<int>(ms);
+}
+
+}  // namespace
+
+int poll(pollfd *fds, nfds_t nfds, int timeout_ms) noexcept
+{
+    if (!any_offloaded())
+        return RS_REAL(poll)(fds, nfds, timeout_ms);
+    return poll_mixed(fds, nfds, timeout_ms, nullptr, false);
+}
+
+int ppoll(pollfd *fds, nfds_t nfds, const timespec *tmo, const sigset_t *mask) noexcept
+{
+    if (!any_offloaded())
+        return RS_REAL(ppoll)(fds, nfds, tmo, mask);
+    return poll_mixed(fds, nfds, to_ms(tmo), mask, true);
+}
+
+int select(int nfds, fd_set *r, fd_set *w, fd_set *e, timeval *tmo) noexcept
+{
+    if (!any_offloaded())
+        return RS_REAL(select)(nfds, r, w, e, tmo);
+    int ms = tmo ? static_cast<int>(tmo->tv_sec * 1000 + (tmo->tv_usec + 999) / 1000) : -1;
+    auto start = Clock::now();
+    int n = select_mixed(nfds, r, w, e, ms, nullptr, false);
+    if (tmo) {  // Linux updates the timeout with the time not slept
+        long long used = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+        long long left = tmo->tv_sec * 1000000LL + tmo->tv_usec - used;
+        if (left < 0)
+            left = 0;
+        tmo->tv_sec = left / 1000000;
+        tmo->tv_usec = left % 1000000;
+    }
+    return n;
+}
+
+int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const timespec *tmo, const sigset_t *mask) noexcept
+{
+    if (!any_offloaded())
+        return RS_REAL(pselect)(nfds, r, w, e, tmo, mask);
+    return select_mixed(nfds, r, w, e, to_ms(tmo), mask, true);
+}
+
+namespace {
+// A maybe-phase server socket registered for input: noted after g_mu is released.
+thread_local Conn *pending_interest = nullptr;
+int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcept;
+}
+
+int epoll_ctl(int epfd, int op, int fd, epoll_event *ev) noexcept
+{
+    SocketRef s = fdt::get(fd);
+    Conn *c = conn_of(s);
+    if (c == nullptr || !s->offloaded())
+        return RS_REAL(epoll_ctl)(epfd, op, fd, ev);
+    int r;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        r = epoll_ctl_locked(epfd, op, fd, ev, c);
+    }
+    int e = errno;
+    if (r == 0 && op != EPOLL_CTL_DEL && c->phase() == Conn::Phase::rdma)
+        c->sync_shadows();  // the new registration sees the current state
+    if (pending_interest != nullptr) {
+        pending_interest = nullptr;
+        if (r == 0)
+            c->note_interest();
+    }
+    errno = e;
+    return r;
+}
+
+namespace {
+int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcept
+{
+    Set &set = sets()[epfd];
+    if (set.regs.empty() && set.by_data.empty())
+        g_sets_count.fetch_add(1, std::memory_order_relaxed);
+    auto it = set.regs.find(fd);
+    const bool shadows = c->phase() == Conn::Phase::rdma;
+    int r = 0;
+    switch (op) {
+    case EPOLL_CTL_ADD: {
+        if (it != set.regs.end()) {
+            errno = EEXIST;
+            return -1;
+        }
+        if (ev == nullptr) {
+            errno = EFAULT;
+            return -1;
+        }
+        Reg reg;
+        reg.events = ev->events;
+        reg.data = ev->data;
+        if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI))
+            pending_interest = c;
+        if (!shadows) {
+            if (RS_REAL(epoll_ctl)(epfd, op, fd, ev) != 0)
+                return -1;
+        } else {
+            // Validate epfd and the operation against the kernel with the TCP fd first,
+            // then move the registration onto the shadows.
+            if (RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, ev) != 0)
+                return -1;
+            RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, nullptr);
+            if ((r = add_shadows(epfd, set, fd, reg, *c)) != 0) {
+                errno = -r;
+                return -1;
+            }
+        }
+        set.regs[fd] = reg;
+        return 0;
+    }
+    case EPOLL_CTL_MOD:
+        if (it == set.regs.end()) {
+            errno = ENOENT;
+            return -1;
+        }
+        if (ev == nullptr) {
+            errno = EFAULT;
+            return -1;
+        }
+        if (!it->second.on_shadows) {
+            if (RS_REAL(epoll_ctl)(epfd, op, fd, ev) != 0)
+                return -1;
+            if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI))
+                pending_interest = c;
+            it->second.events = ev->events;
+            it->second.data = ev->data;
+            return 0;
+        }
+        // As the kernel: an EPOLLEXCLUSIVE registration cannot be modified, nor can
+        // EPOLLEXCLUSIVE be set by a MOD (EINVAL).
+        if ((it->second.events | ev->events) & EPOLLEXCLUSIVE) {
+            errno = EINVAL;
+            return -1;
+        }
+        del_shadows(epfd, set, fd, it->second);
+        it->second.events = ev->events;
+        it->second.data = ev->data;
+        if ((r = add_shadows(epfd, set, fd, it->second, *c)) != 0) {
+            errno = -r;
+            return -1;
+        }
+        return 0;
+    case EPOLL_CTL_DEL:
+        if (it == set.regs.end()) {
+            errno = ENOENT;
+            return -1;
+        }
+        if (it->second.on_shadows)
+            del_shadows(epfd, set, fd, it->second);
+        else
+            RS_REAL(epoll_ctl)(epfd, op, fd, ev);
+        set.regs.erase(it);
+        return 0;
+    default:
+        errno = EINVAL;
+        return -1;
+    }
+}
+}  // namespace
+
+int epoll_wait(int epfd, epoll_event *ev, int maxev, int timeout_ms) noexcept
+{
+    return epoll_loop(epfd, ev, maxev, timeout_ms,
+                      [&](int t) { return RS_REAL(epoll_wait)(epfd, ev, maxev, t); });
+}
+
+int epoll_pwait(int epfd, epoll_event *ev, int maxev, int timeout_ms, const sigset_t *mask) noexcept
+{
+    return epoll_loop(epfd, ev, maxev, timeout_ms,
+                      [&](int t) { return RS_REAL(epoll_pwait)(epfd, ev, maxev, t, mask); });
+}
+
+int epoll_pwait2(int epfd, epoll_event *ev, int maxev, const timespec *tmo, const sigset_t *mask) noexcept
+{
+    if (g_shadow_regs.load(std::memory_order_relaxed) == 0)
+        return RS_REAL(epoll_pwait2)(epfd, ev, maxev, tmo, mask);
+    return epoll_loop(epfd, ev, maxev, to_ms(tmo), [&](int t) {
+        timespec ts{t / 1000, (t % 1000) * 1000000L};
+        return RS_REAL(epoll_pwait2)(epfd, ev, maxev, t < 0 ? nullptr : &ts, mask);
+    });
+}
+
+void on_switch_to_rdma(int fd, Conn &c) noexcept
+{
+    std::lock_guard<std::mutex> lk(g_mu);
+    for (auto &kv : sets()) {
+        auto it = kv.second.regs.find(fd);
+        if (it == kv.second.regs.end() || it->second.on_shadows)
+            continue;
+        RS_REAL(epoll_ctl)(kv.first, EPOLL_CTL_DEL, fd, nullptr);
+        add_shadows(kv.first, kv.second, fd, it->second, c);
+    }
+}
+
+void on_decided_tcp(int fd) noexcept
+{
+    // The registrations stay with the kernel on the TCP fd; we only forget them.
+    std::lock_guard<std::mutex> lk(g_mu);
+    for (auto &kv : sets())
+        kv.second.regs.erase(fd);
+}
+
+void on_close(int fd) noexcept
+{
+    if (g_sets_count.load(std::memory_order_relaxed) == 0)
+        return;
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto own = sets().find(fd);
+    if (own != sets().end()) {  // an epoll fd holding registrations
+        for (auto &kv : own->second.regs)
+            if (kv.second.on_shadows)
+                g_shadow_regs.fetch_sub(1, std::memory_order_relaxed);
+        sets().erase(own);
+        g_sets_count.fetch_sub(1, std::memory_order_relaxed);
+    }
+    for (auto &kv : sets()) {
+        auto it = kv.second.regs.find(fd);
+        if (it == kv.second.regs.end())
+            continue;
+        del_shadows(kv.first, kv.second, fd, it->second);
+        kv.second.regs.erase(it);
+    }
+}
+
+}  // namespace rdmasock::readiness

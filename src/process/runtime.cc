@@ -1,0 +1,105 @@
+#include "process/runtime.hh"
+
+#include <cerrno>
+#include <cstdlib>
+#include <sched.h>
+#include <sys/auxv.h>
+
+#include "base/log.hh"
+#include "base/real.hh"
+#include "rdma/probe.hh"
+
+namespace rdmasock::rt {
+
+std::atomic<unsigned> g_offloaded{0};
+std::atomic<unsigned> g_pending{0};
+
+namespace {
+
+enum State : int { kIdle, kStarting, kOn, kOff };
+
+std::atomic<int> g_state{kIdle};
+bool g_secure = false;
+// Never destroyed (its strings are read by the library's threads, which may still run
+// while the process runs its static destructors at exit).
+Config &the_config() noexcept
+{
+    static auto *c = new Config();
+    return *c;
+}
+Reason g_default_reason = Reason::pending;
+thread_local bool t_starting = false;
+
+const char *env_get(const char *name, void *) { return secure_getenv(name); }
+void env_warn(const char *line, void *) { log::write(log::kWarn, "%s", line); }
+
+void start() noexcept
+{
+    the_config() = load_config(env_get, nullptr, env_warn, nullptr);
+    log::configure(static_cast<int>(the_config().log_level), the_config().log_file.c_str());
+    if (!the_config().enable) {
+        g_default_reason = Reason::disabled;
+        RS_DEBUG("offload disabled by RDMASOCK_ENABLE=0");
+        return;
+    }
+    rdma::ProbeResult probe = rdma::probe_devices();
+    if (probe.active_ports == 0) {
+        g_default_reason = Reason::no_device;
+        RS_DEBUG("no active RDMA device (%d devices found)", probe.devices);
+    } else {
+        g_default_reason = Reason::pending;
+        RS_DEBUG("%d RDMA devices, %d active ports", probe.devices, probe.active_ports);
+    }
+}
+
+}  // namespace
+
+void on_load() noexcept
+{
+    g_secure = getauxval(AT_SECURE) != 0;
+    real::resolve_all();
+}
+
+bool secure() noexcept { return g_secure; }
+
+bool ensure_started() noexcept
+{
+    int s = g_state.load(std::memory_order_acquire);
+    if (__builtin_expect(s == kOn, 1))
+        return true;
+    if (s == kOff || g_secure || t_starting)
+        return false;
+    int expected = kIdle;
+    if (g_state.compare_exchange_strong(expected, kStarting, std::memory_order_acq_rel)) {
+        int saved = errno;
+        t_starting = true;
+        try {
+            start();
+        } catch (...) {
+            g_default_reason = Reason::resource;
+        }
+        t_starting = false;
+        errno = saved;
+        // Sockets are tracked even when offload is disabled: the close-time log line and
+        // rdmasock-stat still show them, with reason=disabled.
+        g_state.store(kOn, std::memory_order_release);
+        return true;
+    }
+    while ((s = g_state.load(std::memory_order_acquire)) == kStarting)
+        sched_yield();
+    return s == kOn;
+}
+
+const Config &config() noexcept { return the_config(); }
+
+Reason default_reason() noexcept { return g_default_reason; }
+
+void no_rdma_in_fork_child() noexcept
+{
+    if (g_default_reason == Reason::pending)
+        g_default_reason = Reason::forked_child;
+}
+
+void after_fork_child() noexcept { log::after_fork_child(); }
+
+}  // namespace rdmasock::rt

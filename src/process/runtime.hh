@@ -1,0 +1,44 @@
+// The one runtime object of the process, owned by the preload layer.
+//
+// Nothing starts at load: the constructor only resolves the real symbols and checks
+// for secure-execution mode.  Configuration, the log file and the RDMA device probe
+// start at the first eligible socket (an AF_INET/AF_INET6 stream socket).
+#pragma once
+
+#include <atomic>
+
+#include "base/reason.hh"
+#include "config/config.hh"
+
+namespace rdmasock::rt {
+
+// Library constructor: secure-mode check and symbol resolution.  No environment read,
+// no file, no thread, no device.
+void on_load() noexcept;
+
+// True in secure-execution mode (setuid, file capabilities): the library is inert.
+bool secure() noexcept;
+
+// Start the runtime if needed (idempotent, thread-safe).  Returns true when sockets
+// are to be tracked; false when inert, disabled, or called re-entrantly while starting.
+bool ensure_started() noexcept;
+
+// Valid after ensure_started() returned true.
+const Config &config() noexcept;
+
+// Why a new connection is not on RDMA before any negotiation: no_device, disabled, or
+// pending when an RDMA device is present (the connection may still be offloaded).
+Reason default_reason() noexcept;
+// In a fork child of a process whose engine had started: no new connection is offloaded
+// (librdmacm keeps the parent's device contexts, whose use the kernel refuses the child:
+// posting on them fails with EACCES), reason forked_child.
+void no_rdma_in_fork_child() noexcept;
+
+// Number of offloaded sockets alive: zero means every wait primitive passes through.
+extern std::atomic<unsigned> g_offloaded;
+// Accepted server sockets still deciding between RDMA and TCP.
+extern std::atomic<unsigned> g_pending;
+
+void after_fork_child() noexcept;
+
+}  // namespace rdmasock::rt

@@ -1,0 +1,72 @@
+// Connection kits: the slow part of a connection's RDMA resources, made ahead of time.
+//
+// A kit is a protection domain, a completion channel and queue, a receive ring
+// registered for remote write and a send staging ring registered for local access, all
+// fresh and used by exactly one connection (its queue pair is created on the kit's PD
+// when the connection is set up).  Registering a 4 MiB ring costs tens of ms under
+// emulation (about a ms on hardware); with one kit kept in reserve per device and ring
+// size, a connection set-up (client probe or server accept) does not pay it.  A kit
+// taken is replaced by the progress thread in the background.
+//
+// Nothing of a kit is ever shared between connections or reused after one: a ring a
+// peer has known is only ever freed (after the linger rules of docs/protocol.md).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include "base/reason.hh"
+#include "rdma/owners.hh"
+
+namespace rdmasock::kits {
+
+// Ring memory: anonymous, 2 MiB aligned and marked for transparent huge pages when that
+// large (registration then pins a few huge pages, not hundreds of small ones), never
+// shared copy-on-write with a fork child.  nullptr on failure.
+uint8_t *map_ring(size_t size) noexcept;
+
+// A ring's memory and registration; owns both (move-only).
+struct RingMem {
+    uint8_t *mem = nullptr;
+    size_t size = 0;
+    std::shared_ptr<rdma::Mr> mr;
+    RingMem() = default;
+    RingMem(RingMem &&o) noexcept { *this = std::move(o); }
+    RingMem &operator=(RingMem &&o) noexcept
+    {
+        if (this != &o) {
+            release();
+            mem = o.mem;
+            size = o.size;
+            mr = std::move(o.mr);
+            o.mem = nullptr;
+            o.size = 0;
+        }
+        return *this;
+    }
+    ~RingMem() { release(); }
+    void release() noexcept;  // deregisters, then unmaps
+};
+
+struct Kit {
+    ibv_context *ctx = nullptr;
+    unsigned log2 = 0;
+    std::shared_ptr<rdma::Pd> pd;
+    std::shared_ptr<rdma::CompChannel> chan;  // nonblocking
+    std::shared_ptr<rdma::Cq> cq;
+    RingMem rx;  // remote write
+    RingMem tx;  // local only, same size
+};
+
+// Build one now.  Reason::none, memlock or resource.
+Reason build(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe, Kit &out) noexcept;
+// Take the reserve kit for (ctx, log2) if there is one.
+bool take(ibv_context *ctx, unsigned log2, Kit &out) noexcept;
+// Make sure a reserve kit exists for (ctx, log2): built now, on the calling thread.
+void refill(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe) noexcept;
+// The same on a short-lived thread of its own (signals blocked), so neither the program
+// nor the progress thread waits for it; at most one at a time.
+void refill_async(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe) noexcept;
+// In a fork child: the reserve belongs to the parent; forget it without freeing.
+void after_fork_child() noexcept;
+
+}  // namespace rdmasock::kits

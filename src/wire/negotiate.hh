@@ -1,0 +1,82 @@
+// Negotiation messages (docs/protocol.md): encoding and validation, no I/O.
+// Every decoder takes untrusted bytes and either fills a host-order struct whose every
+// field has been checked, or returns a Reason (bad_message, version_mismatch).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <netinet/in.h>
+
+#include "base/reason.hh"
+
+namespace rdmasock::neg {
+
+constexpr uint8_t kVersion = 2;  // 2: asynchronous switch (SWITCH, CONFIRM at its offset)
+constexpr size_t kHelloSize = 56;
+constexpr size_t kAcceptSize = 36;
+constexpr size_t kDeclineSize = 8;
+constexpr size_t kConfirmSize = 24;
+constexpr size_t kNonceSize = 16;
+constexpr unsigned kMinRingLog2 = 12;  // 4 KiB
+constexpr unsigned kMaxRingLog2 = 26;  // 64 MiB
+
+struct Nonce {
+    uint8_t b[kNonceSize];
+};
+bool operator==(const Nonce &a, const Nonce &b) noexcept;
+
+struct RingInfo {
+    uint64_t addr = 0;
+    uint32_t rkey = 0;
+    unsigned log2 = 0;  // ring size = 1 << log2
+};
+
+struct Hello {
+    int family = 0;  // AF_INET or AF_INET6
+    Nonce nonce{};
+    in6_addr client_addr{};  // IPv4: first 4 bytes
+    uint16_t client_port = 0;  // host order
+    uint16_t server_port = 0;  // host order
+    RingInfo ring;
+};
+
+struct Accept {
+    RingInfo ring;
+    Nonce nonce{};
+};
+
+void encode(const Hello &h, uint8_t out[kHelloSize]) noexcept;
+void encode(const Accept &a, uint8_t out[kAcceptSize]) noexcept;
+void encode_decline(Reason r, uint8_t out[kDeclineSize]) noexcept;
+void encode_confirm(const Nonce &n, uint8_t out[kConfirmSize]) noexcept;
+
+// Decoders: `len` is what the peer sent (rdma_cm may pad private data with zeros).
+Reason decode(const void *data, size_t len, Hello *out) noexcept;
+Reason decode(const void *data, size_t len, Accept *out) noexcept;
+// True when `data` is a DECLINE of our protocol (magic), whatever its contents.
+bool is_decline(const void *data, size_t len) noexcept;
+// A DECLINE's reason, or bad_message when it is not one.  Reasons a peer may not claim
+// (none, pending...) are mapped to `rejected`.
+Reason decode_decline(const void *data, size_t len) noexcept;
+
+// CONFIRM detection in a server's TCP stream, at the offset the client's SWITCH named.
+enum class ConfirmMatch { no, partial, yes };
+// `got` bytes are available; a prefix of a valid frame is `partial`.
+ConfirmMatch match_confirm(const uint8_t *data, size_t got, const Nonce *expected) noexcept;
+
+// Immediate data of ring messages: type (3 bits) | value (29 bits).
+enum class Imm : uint32_t { data = 0, credit = 1, fin = 2, reset = 3, prefix = 4, switch_at = 5 };
+constexpr uint32_t kImmValueMask = (1u << 29) - 1;
+// FIN's value: 0 after shutdown(SHUT_WR) (the sender still reads), kFinClosed after
+// close() (it reads nothing more).
+constexpr uint32_t kFinClosed = 1;
+inline uint32_t make_imm(Imm t, uint32_t v) noexcept
+{
+    return (static_cast<uint32_t>(t) << 29) | (v & kImmValueMask);
+}
+inline Imm imm_type(uint32_t imm) noexcept { return static_cast<Imm>(imm >> 29); }
+inline uint32_t imm_value(uint32_t imm) noexcept { return imm & kImmValueMask; }
+
+bool valid_ring(const RingInfo &r) noexcept;
+
+}  // namespace rdmasock::neg
