@@ -16,7 +16,6 @@
 #include "base/fd.hh"
 #include "base/log.hh"
 #include "base/real.hh"
-#include "conn/rdma_conn.hh"
 #include "engine/offload.hh"
 #include "engine/readiness.hh"
 #include "include/rdmasock.h"
@@ -128,8 +127,7 @@ void log_close(int fd, const Socket &s, const CloseInfo &ci) noexcept
     Reason r = s.reason.load(std::memory_order_relaxed);
     // Offloaded means on RDMA only once switched (an undecided server socket also takes
     // the hooked path).
-    const bool rdma = s.offloaded() && s.transport != nullptr &&
-                      static_cast<const Conn *>(s.transport)->phase() == Conn::Phase::rdma;
+    const bool rdma = s.offloaded() && s.transport != nullptr && s.transport->on_rdma();
     const char *transport = rdma ? "rdma" : "tcp";
     char reason[48] = "";
     if (ci.never_connected)
@@ -184,8 +182,8 @@ void move_conn_fd(int gone, Socket &s) noexcept
 {
     if (s.transport == nullptr)
         return;
-    auto *c = static_cast<Conn *>(s.transport);
-    if (c->tcp_fd() != gone)
+    Transport *t = s.transport;
+    if (t->kernel_fd() != gone)
         return;
     int other = -1;
     fdt::for_each([&](int fd, const SocketRef &r) {
@@ -193,7 +191,7 @@ void move_conn_fd(int gone, Socket &s) noexcept
             other = fd;
     });
     if (other >= 0)
-        c->renumber(gone, other);
+        t->renumber(gone, other);
 }
 
 // After a successful dup onto newfd: newfd now refers to oldfd's socket (if tracked).
@@ -300,7 +298,7 @@ bool defer_close(int fd, Socket &s) noexcept
     const int keep = util::dup_high(fd);
     if (keep < 0)
         return false;
-    if (!static_cast<Conn *>(s.transport)->continue_on(keep)) {
+    if (!s.transport->continue_on(keep)) {
         RS_REAL(close)(keep);
         return false;
     }
@@ -782,7 +780,7 @@ int fcntl(int fd, int cmd, void *arg) noexcept
         after_dup(fd, r, nullptr);
     } else if (r >= 0 && cmd == F_SETFL && fdt::offloaded(fd)) {
         if (SocketRef s = offloaded_socket(fd))
-            static_cast<Conn *>(s->transport)->note_nonblocking(reinterpret_cast<intptr_t>(arg) & O_NONBLOCK);
+            transport_of(*s).note_nonblocking(reinterpret_cast<intptr_t>(arg) & O_NONBLOCK);
     }
     return r;
 }
@@ -790,14 +788,14 @@ int fcntl(int fd, int cmd, void *arg) noexcept
 int ioctl(int fd, unsigned long request, void *arg) noexcept
 {
     SocketRef s = offloaded_socket(fd);
-    auto *c = s ? static_cast<Conn *>(s->transport) : nullptr;
+    Transport *c = s ? s->transport : nullptr;
     if (c != nullptr && request == FIONBIO && arg != nullptr) {
         int r = RS_REAL(ioctl)(fd, request, arg);
         if (r == 0)
             c->note_nonblocking(*static_cast<const int *>(arg) != 0);
         return r;
     }
-    if (c == nullptr || c->phase() != Conn::Phase::rdma || arg == nullptr)
+    if (c == nullptr || !c->on_rdma() || arg == nullptr)
         return RS_REAL(ioctl)(fd, request, arg);
     if (request == FIONREAD) {  // == SIOCINQ
         *static_cast<int *>(arg) = c->bytes_readable();
@@ -821,15 +819,13 @@ int getsockopt(int fd, int level, int name, void *val, socklen_t *len) noexcept
         return RS_REAL(getsockopt)(fd, level, name, val, len);  // the kernel's answer
     rdmasock_info info{};
     Reason r = s->reason.load(std::memory_order_relaxed);
-    auto *c = static_cast<Conn *>(s->transport);
-    Conn::Phase ph = c ? c->phase() : Conn::Phase::tcp;
-    bool rdma = s->offloaded() && ph == Conn::Phase::rdma;
+    Transport &t = transport_of(*s);
+    bool rdma = s->offloaded() && t.on_rdma();
     info.transport = rdma ? RDMASOCK_RDMA : RDMASOCK_TCP;
     info.reason = static_cast<uint32_t>(rdma ? Reason::none : r);
     snprintf(info.reason_code, sizeof info.reason_code, "%s", reason_code(rdma ? Reason::none : r));
-    static const char *const kPhases[] = {"maybe", "verifying", "rdma", "tcp"};
-    snprintf(info.phase, sizeof info.phase, "%s", kPhases[static_cast<int>(ph)]);
-    Counters cn = transport_of(*s).counters(fd);
+    snprintf(info.phase, sizeof info.phase, "%s", t.phase_name());
+    Counters cn = t.counters(fd);
     info.bytes_sent = cn.bytes_sent;
     info.bytes_received = cn.bytes_received;
     info.connection_id = s->id;
@@ -844,7 +840,7 @@ int setsockopt(int fd, int level, int name, const void *val, socklen_t len) noex
     int r = RS_REAL(setsockopt)(fd, level, name, val, len);
     if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT && val != nullptr && len >= sizeof(int)) {
         if (SocketRef s = offloaded_socket(fd))
-            static_cast<Conn *>(s->transport)->set_rcvlowat(*static_cast<const int *>(val));
+            transport_of(*s).set_rcvlowat(*static_cast<const int *>(val));
     }
     return r;
 }
@@ -932,7 +928,7 @@ pid_t fork() noexcept
         ErrnoGuard g;
         fdt::for_each([](int, const SocketRef &s) {
             if (s->transport != nullptr)
-                static_cast<Conn *>(s->transport)->before_fork();
+                s->transport->before_fork();
         });
     }
     pid_t r = RS_REAL(fork)();
@@ -944,7 +940,7 @@ pid_t fork() noexcept
         // they report ECONNRESET (documented in rdmasock(7), FORK).
         fdt::for_each([](int, const SocketRef &s) {
             if (s->transport != nullptr)
-                static_cast<Conn *>(s->transport)->after_fork_child();
+                s->transport->after_fork_child();
         });
     }
     return r;

@@ -35,7 +35,6 @@ constexpr uint32_t kWantInline = 128;
 // staged.  Signalling stays selective: a ping-pong pays no completion per message, and
 // rarely has a signalled request in flight.
 constexpr uint64_t kCoalesceBelow = 16384;
-constexpr uint64_t kNotWritable = 0xfffffffffffffffeull;  // eventfd counter: no POLLOUT
 
 size_t iov_total(const msghdr *m) noexcept
 {
@@ -113,26 +112,11 @@ int timeout_ms(int fd, bool for_send) noexcept
     return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
 }
 
-void efd_write(int fd, uint64_t v) noexcept
-{
-    ssize_t r = RS_REAL(write)(fd, &v, sizeof v);
-    (void)r;
-}
-
-void efd_drain(int fd) noexcept
-{
-    uint64_t v;
-    ssize_t r = RS_REAL(read)(fd, &v, sizeof v);
-    (void)r;
-}
-
 }  // namespace
 
 Conn::Conn(Side side, int tcp_fd, Upcalls &up) noexcept
-    : side_(side), up_(up), tcp_fd_(tcp_fd), phase_(Phase::maybe)
+    : Transport(true), side_(side), up_(up), tcp_fd_(tcp_fd), phase_(Phase::maybe)
 {
-    rd_efd_ = util::move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    wr_efd_ = util::move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 }
 
 Conn::~Conn()
@@ -144,10 +128,6 @@ Conn::~Conn()
     rx_.release();
     tx_.release();
     pd_.reset();
-    if (rd_efd_ >= 0)
-        RS_REAL(close)(rd_efd_);
-    if (wr_efd_ >= 0)
-        RS_REAL(close)(wr_efd_);
 }
 
 int Conn::comp_fd() const noexcept { return chan_ ? chan_->fd() : -1; }
@@ -162,7 +142,7 @@ Reason fail_setup(const char *what, int err) noexcept
 
 Reason Conn::create_resources(std::shared_ptr<rdma::CmId> id, unsigned ring_log2) noexcept
 {
-    if (rd_efd_ < 0 || wr_efd_ < 0)
+    if (!sh_.ok())
         return Reason::resource;
     int err = 0;
     id_ = std::move(id);
@@ -352,7 +332,7 @@ bool Conn::begin_verify(const neg::Nonce &n) noexcept
 void Conn::server_established() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
-    efd_write(rd_efd_, 1);  // wake waiters: the SWITCH can now arrive
+    sh_.wake();  // wake waiters: the SWITCH can now arrive
 }
 
 void Conn::abandon_rdma() noexcept
@@ -365,7 +345,7 @@ void Conn::abandon_rdma() noexcept
         poll_cq_locked();
         if (!switch_known_) {
             phase_.store(Phase::maybe, std::memory_order_release);
-            efd_write(rd_efd_, 1);
+            sh_.wake();
             if (verify_watch_.exchange(false))
                 refresh_watch();
         }
@@ -520,8 +500,8 @@ void Conn::handle_recv_locked(uint32_t imm) noexcept
             return;
         }
         rx_prod_ += v;
-        if (rd_set_ && shadow_users_.load(std::memory_order_relaxed) > 0)
-            efd_write(rd_efd_, 1);  // a new arrival: edge-triggered waiters see an edge
+        if (sh_.has_users())
+            sh_.edge();  // a new arrival: edge-triggered waiters see an edge
         break;
     }
     case neg::Imm::credit:
@@ -564,7 +544,7 @@ void Conn::handle_recv_locked(uint32_t imm) noexcept
         // No deadline from here: the bytes at offset n decide (the CONFIRM, or anything
         // else: TCP), and a third party cannot write into the stream.  Giving up before
         // they came could deliver a late CONFIRM as the program's bytes.
-        efd_write(rd_efd_, 1);
+        sh_.wake();
         break;
     default:
         fail("unknown message type");
@@ -639,8 +619,7 @@ void Conn::on_tcp_event(unsigned events) noexcept
     }
     if (side_ == Side::client && !(prefix_known_ && prefix_left_ == 0) && (events & (POLLIN | POLLRDHUP))) {
         // The server's pre-switch bytes (or its EOF) arrived on the TCP socket.
-        if (rd_set_)
-            efd_write(rd_efd_, 1);  // a new arrival: edge-triggered waiters see an edge
+        sh_.edge();  // a new arrival: edge-triggered waiters see an edge
         update_shadows_locked(true);
     }
 }
@@ -683,7 +662,7 @@ bool Conn::writable_locked() const noexcept
 
 void Conn::shadow_users(int delta) noexcept
 {
-    int before = shadow_users_.fetch_add(delta, std::memory_order_acq_rel);
+    int before = sh_.add_users(delta);
     // epoll waiters see only the eventfds: while there are any, the progress thread
     // handles this connection's completions.
     if ((before == 0 && delta > 0) || (before + delta == 0 && delta < 0))
@@ -704,24 +683,10 @@ void Conn::update_shadows_locked(bool force) noexcept
     // poll/select wake on the completion channel; state changes that come from
     // elsewhere (a reset seen on the TCP socket) force the update.
     if (phase_.load() != Phase::rdma || dead_ ||
-        (!force && shadow_users_.load(std::memory_order_relaxed) == 0 && waiters_ == 0))
+        (!force && !sh_.watched()))
         return;
-    bool r = readable_locked() || urgent_;  // urgent data wakes POLLPRI waiters (they recompute)
-    if (r && !rd_set_) {
-        efd_write(rd_efd_, 1);
-        rd_set_ = true;
-    } else if (!r && rd_set_) {
-        efd_drain(rd_efd_);
-        rd_set_ = false;
-    }
-    bool w = writable_locked();
-    if (!w && !wr_blocked_) {
-        efd_write(wr_efd_, kNotWritable);
-        wr_blocked_ = true;
-    } else if (w && wr_blocked_) {
-        efd_drain(wr_efd_);
-        wr_blocked_ = false;
-    }
+    // (Urgent data wakes POLLPRI waiters: they recompute.)
+    sh_.set(readable_locked() || urgent_, writable_locked());
 }
 
 unsigned Conn::poll_mask(int) noexcept
@@ -792,7 +757,7 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send,
         for (unsigned i = 1;; ++i) {
             poll_cq_locked();
             update_shadows_locked();
-            if (efd == rd_efd_ ? readable_locked() : writable_locked())
+            if (efd == sh_.rd_fd() ? readable_locked() : writable_locked())
                 return 1;  // (the completion queue was just polled)
             lk.unlock();
             __builtin_ia32_pause();
@@ -836,7 +801,7 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send,
     // While a thread sleeps here, whoever handles a completion (another thread of the
     // program, the progress thread) keeps the eventfds current: a credit taken in by a
     // reader must wake a writer sleeping on the writable eventfd.
-    ++waiters_;
+    sh_.sleep_begin();
     lk.unlock();
     // The waiting thread also watches the completion channel itself, so a wake-up does
     // not have to go through the progress thread (whichever reads the event first
@@ -847,13 +812,13 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send,
     if (int sl = sig::last()) {
         sig::clear_last();
         lk.lock();
-        --waiters_;
+        sh_.sleep_end();
         return sig::restart_after(sl, has_timeout) ? 0 : -EINTR;
     }
     int r = RS_REAL(poll)(p, tcp_events ? 3 : 2, tmo);
     int e = errno;
     lk.lock();
-    --waiters_;
+    sh_.sleep_end();
     if (r == 0)
         return sliced ? 0 : -EAGAIN;  // a slice ended: the caller looks again
     if (r < 0 && e == EINTR) {
@@ -871,12 +836,12 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send,
         poll_cq_locked();
         update_shadows_locked();
         cv_.notify_all();
-        if (!(efd == rd_efd_ && (p[0].revents & POLLIN) && !rd_set_))
+        if (!(efd == sh_.rd_fd() && (p[0].revents & POLLIN) && !sh_.readable_set()))
             return 1;  // (the completion queue was just polled)
     }
     // A stale wake-up of a level flag we are about to recompute: drain it.
-    if (efd == rd_efd_ && (p[0].revents & POLLIN) && !rd_set_)
-        efd_drain(rd_efd_);
+    if (efd == sh_.rd_fd() && (p[0].revents & POLLIN))
+        sh_.drain_stale();
     return 0;
 }
 
@@ -1078,8 +1043,7 @@ void Conn::enter_rdma_locked(int lowat) noexcept
     phase_.store(Phase::rdma, std::memory_order_release);
     // Wake a poll/select sleeping on the pre-switch readiness (it starts over with the
     // eventfds); the first update by a watcher drains it if not readable.
-    efd_write(rd_efd_, 1);
-    rd_set_ = true;
+    sh_.wake_set();
     leave_pending_locked();
     if (sock_ != nullptr)
         sock_->reason.store(Reason::none, std::memory_order_relaxed);
@@ -1253,10 +1217,10 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             // Gated (a server waiting for the SWITCH): the TCP socket may be readable
             // with bytes not ours to deliver yet; sleep on the eventfd and completions.
             const bool tcp_input = limit > 0 || (p == Phase::verifying && switch_known_);
-            int w = wait(rd_efd_, POLLIN, tcp_input ? POLLIN : 0, false, lk, dl);
+            int w = wait(sh_.rd_fd(), POLLIN, tcp_input ? POLLIN : 0, false, lk, dl);
             if (w < 0)
                 return done > 0 ? static_cast<ssize_t>(done) : w;
-            efd_drain(rd_efd_);
+            sh_.drain();
             continue;
         }
         if (!just_polled)
@@ -1315,7 +1279,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
                 if ((flags & MSG_DONTWAIT) || nonblocking())
                     return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
                 flush_locked();
-                int w = wait(rd_efd_, POLLIN, POLLIN, false, lk, dl);
+                int w = wait(sh_.rd_fd(), POLLIN, POLLIN, false, lk, dl);
                 if (w < 0)
                     return done > 0 ? static_cast<ssize_t>(done) : w;
                 continue;
@@ -1327,7 +1291,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
         if (avail > 0 && done == 0 && !waitall && !lowat_gave_up && avail < lowat && avail < total && !shut_rd_ &&
             !peer_fin_ && !reset_ && !failed_ && !(flags & MSG_DONTWAIT) && !nonblocking()) {
             flush_locked();
-            if (wait(rd_efd_, POLLIN, 0, false, lk, dl) < 0)
+            if (wait(sh_.rd_fd(), POLLIN, 0, false, lk, dl) < 0)
                 lowat_gave_up = true;  // timeout or signal: what there is, as the kernel
             continue;
         }
@@ -1355,7 +1319,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
         if (!spin_first && ((flags & MSG_DONTWAIT) || nonblocking()))
             return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
         flush_locked();  // about to sleep for input: what we coalesced goes out first
-        int w = wait(rd_efd_, POLLIN, 0, false, lk, dl, spin_first);
+        int w = wait(sh_.rd_fd(), POLLIN, 0, false, lk, dl, spin_first);
         if (w < 0)
             return done > 0 ? static_cast<ssize_t>(done) : w;
         just_polled = w > 0;
@@ -1461,7 +1425,7 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
                 return -errno;
             // Wait for room in the TCP send buffer (in slices, and woken by the switch:
             // then the bytes go to the ring).
-            int w = wait(rd_efd_, POLLIN, POLLOUT, true, lk, dl);
+            int w = wait(sh_.rd_fd(), POLLIN, POLLOUT, true, lk, dl);
             if (w < 0)
                 return w;
             continue;
@@ -1524,7 +1488,7 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
         }
         update_shadows_locked();
         flush_locked();
-        int w = wait(wr_efd_, POLLOUT, 0, true, lk, dl);
+        int w = wait(sh_.wr_fd(), POLLOUT, 0, true, lk, dl);
         if (w < 0)
             return done > 0 ? static_cast<ssize_t>(done) : w;
     }
@@ -1727,5 +1691,11 @@ void Conn::close_connection(bool abortive) noexcept
 }
 
 void Conn::destroy() noexcept { up_.retire(*this); }
+
+const char *Conn::phase_name() const noexcept
+{
+    static const char *const kPhases[] = {"maybe", "verifying", "rdma", "tcp"};
+    return kPhases[static_cast<int>(phase())];
+}
 
 }  // namespace rdmasock

@@ -21,6 +21,7 @@
 #include <mutex>
 
 #include "base/reason.hh"
+#include "conn/shadows.hh"
 #include "conn/upcalls.hh"
 #include "process/transport.hh"
 #include "rdma/kit.hh"
@@ -67,7 +68,7 @@ public:
     std::shared_ptr<rdma::CmId> release_client_rdma() noexcept;
     // Client, before fork(): a negotiation still running is given up (the child would
     // write to the TCP socket behind our count).
-    void before_fork() noexcept;
+    void before_fork() noexcept override;
     // Server: bind the accepted RDMA request (nonce) to this connection, before
     // rdma_accept.  False when the connection was decided meanwhile.
     bool begin_verify(const neg::Nonce &n) noexcept;
@@ -92,6 +93,14 @@ public:
     void abandon_rdma() noexcept;
 
     Phase phase() const noexcept { return phase_.load(std::memory_order_acquire); }
+    // The connection behind a socket's transport (nullptr: kernel TCP).  The one place
+    // that turns a Transport into a Conn: every Transport the engine gives a socket is one.
+    static Conn *of(Transport *t) noexcept
+    {
+        return t != nullptr && t->is_rdma() ? static_cast<Conn *>(t) : nullptr;
+    }
+    // The Conn an rdma_cm id's context names (the engine sets it to the Conn).
+    static Conn *of_cm_context(void *context) noexcept { return static_cast<Conn *>(context); }
     Side side() const noexcept { return side_; }
     int tcp_fd() const noexcept { return tcp_fd_; }
     void set_socket(Socket *s) noexcept { sock_ = s; }
@@ -100,6 +109,9 @@ public:
 
     // --- Transport ----------------------------------------------------------------------
     const char *name() const noexcept override { return "rdma"; }
+    const char *phase_name() const noexcept override;
+    bool on_rdma() const noexcept override { return phase() == Phase::rdma; }
+    int kernel_fd() const noexcept override { return tcp_fd_; }
     ssize_t recvmsg(int fd, msghdr *msg, int flags) noexcept override;
     ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept override;
     int shutdown(int fd, int how) noexcept override;
@@ -127,9 +139,9 @@ public:
     // close() while other threads of the program are in calls on this connection: when
     // it is on RDMA, it goes on through `keep` (a duplicate of the TCP socket the library
     // owns) and true is returned; the program's number may then be reused.
-    bool continue_on(int keep) noexcept;
+    bool continue_on(int keep) noexcept override;
     // The program closed number `from` (tcp_fd()) but still holds the socket as `to`.
-    void renumber(int from, int to) noexcept;
+    void renumber(int from, int to) noexcept override;
     // Before the close: a server socket still in maybe records its final reason (no
     // RDMA request came for it, or this process declined one).
     void note_closing() noexcept;
@@ -140,17 +152,17 @@ public:
     int presw_gated() noexcept;
 
     // SO_RCVLOWAT of the socket (setsockopt hook; read from the socket at the switch).
-    void set_rcvlowat(int v) noexcept { rcvlowat_.store(v < 1 ? 1 : v, std::memory_order_relaxed); }
+    void set_rcvlowat(int v) noexcept override { rcvlowat_.store(v < 1 ? 1 : v, std::memory_order_relaxed); }
     // O_NONBLOCK as the program just set it (F_SETFL, FIONBIO hooks).
-    void note_nonblocking(bool on) noexcept { nb_seen_.store(on ? 1 : 0, std::memory_order_relaxed); }
+    void note_nonblocking(bool on) noexcept override { nb_seen_.store(on ? 1 : 0, std::memory_order_relaxed); }
     // FIONREAD / SIOCINQ and SIOCOUTQ.
-    int bytes_readable() noexcept;
-    int bytes_unacked() noexcept;
+    int bytes_readable() noexcept override;
+    int bytes_unacked() noexcept override;
     // close(): orderly (FIN, bounded wait for it to be sent) or abortive (RESET).
     void close_connection(bool abortive) noexcept;
 
     // --- readiness ----------------------------------------------------------------------
-    int rd_fd() const noexcept { return rd_efd_; }
+    int rd_fd() const noexcept { return sh_.rd_fd(); }
     // Someone starts (+1) or stops (-1) watching the eventfds: an epoll registration or
     // a poll/select call.  They are kept up to date only while watched; a new watcher
     // calls sync_shadows() (takes the connection lock) once it holds no other lock.
@@ -165,7 +177,7 @@ public:
     // eventfds, held-back writes, or a CONFIRM to write when the SWITCH completes.
     bool needs_progress() const noexcept
     {
-        return shadow_users_.load() > 0 || coalescing_watched_.load() || confirm_pending_.load() ||
+        return sh_.has_users() || coalescing_watched_.load() || confirm_pending_.load() ||
                verify_watch_.load();
     }
     // Make the progress thread's watch of the completion channel match needs_progress()
@@ -177,15 +189,15 @@ public:
     void begin_wait() noexcept
     {
         std::lock_guard<std::mutex> lk(mu_);
-        ++waiters_;
+        sh_.sleep_begin();
         update_shadows_locked(true);
     }
     void end_wait() noexcept
     {
         std::lock_guard<std::mutex> lk(mu_);
-        --waiters_;
+        sh_.sleep_end();
     }
-    int wr_fd() const noexcept { return wr_efd_; }
+    int wr_fd() const noexcept { return sh_.wr_fd(); }
     int comp_fd() const noexcept;
 
     // --- progress thread ----------------------------------------------------------------
@@ -199,7 +211,7 @@ public:
 
     // In a fork child: this connection is unusable (documented rule: an offloaded
     // connection belongs to the process that made it).
-    void after_fork_child() noexcept;
+    void after_fork_child() noexcept override;
 
     std::shared_ptr<Conn> self() const noexcept { return self_.lock(); }
     void set_self(const std::shared_ptr<Conn> &s) noexcept { self_ = s; }
@@ -290,10 +302,7 @@ private:
     neg::Nonce nonce_{};
     uint32_t max_inline_ = 0;
 
-    int rd_efd_ = -1;
-    int wr_efd_ = -1;
-    bool rd_set_ = false;
-    std::atomic<int> shadow_users_{0};
+    Shadows sh_;
     std::atomic<bool> coalescing_watched_{false};
     std::mutex watch_mu_;       // refresh_watch (a leaf lock)
     bool comp_watched_ = false; // under watch_mu_
@@ -304,9 +313,7 @@ private:
     // it, and only to spin before reading the flag (another process sharing the socket
     // may have changed it: the flag is read again before any sleep).
     mutable std::atomic<int> nb_seen_{-1};
-    int waiters_ = 0;  // threads asleep in wait() (under mu_)
     std::atomic<bool> interested_{false};
-    bool wr_blocked_ = false;  // wr_efd_ holds the "not writable" value
 
     // receive side
     uint64_t rx_prod_ = 0;      // bytes the peer has placed in our ring

@@ -488,7 +488,7 @@ void Engine::handle(rdma_cm_event *ev) noexcept
     {
         std::lock_guard<std::mutex> lk(mu);
         rdma_cm_id *id = ev->id;
-        auto *c = static_cast<Conn *>(id->context);
+        auto *c = Conn::of_cm_context(id->context);
         switch (ev->event) {
         case RDMA_CM_EVENT_CONNECT_REQUEST: {
             auto lit = listeners.find(ev->listen_id);
@@ -767,7 +767,7 @@ bool Engine::client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) 
     // The queue pair and the registration take milliseconds: built without the engine's
     // lock, which connect(), close() and accept() take (only this thread handles the
     // id's events, and only it erases a negotiation).
-    auto *c = static_cast<Conn *>(ev->id->context);
+    auto *c = Conn::of_cm_context(ev->id->context);
     std::shared_ptr<Conn> conn;
     std::shared_ptr<rdma::CmId> id;
     neg::Hello hello;
@@ -1142,7 +1142,7 @@ void on_close(int fd, Socket &s) noexcept
     drop_listener(s);
     if (s.transport == nullptr)
         return;
-    auto *c = static_cast<Conn *>(s.transport);
+    auto *c = Conn::of(s.transport);
     if (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe && g_engine != nullptr) {
         // Closed while negotiating: all its bytes went over TCP.  The negotiation runs on
         // (without the socket) only to learn, for the cache, whether the peer has
@@ -1184,7 +1184,7 @@ void at_exit() noexcept
     fdt::for_each([](int fd, const SocketRef &s) {
         if (s->transport == nullptr || !s->offloaded())
             return;
-        auto *c = static_cast<Conn *>(s->transport);
+        auto *c = Conn::of(s->transport);
         if (c->phase() != Conn::Phase::rdma)
             return;
         linger lg{};

@@ -47,7 +47,7 @@ constexpr uint32_t kFlags = EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEU
 
 Conn *conn_of(const SocketRef &s) noexcept
 {
-    return s ? static_cast<Conn *>(s->transport) : nullptr;
+    return s ? Conn::of(s->transport) : nullptr;
 }
 
 // Put a registration onto the connection's shadows (g_mu held).
@@ -234,7 +234,7 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
         {
             for (auto &x : m)
                 if (x.kind == 1)
-                    static_cast<Conn *>(x.s->transport)->end_wait();
+                    conn_of(x.s)->end_wait();
         }
     } end_wait{map};
     const bool infinite = timeout_ms < 0;
@@ -247,7 +247,7 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
             fds[i].revents = 0;
             if (map[i].kind != 1)
                 continue;
-            unsigned m = static_cast<Conn *>(map[i].s->transport)->poll_mask(fds[i].fd);
+            unsigned m = conn_of(map[i].s)->poll_mask(fds[i].fd);
             fds[i].revents = static_cast<short>(m & (static_cast<unsigned>(fds[i].events) | POLLERR | POLLHUP));
             if (fds[i].revents)
                 ++ready;
@@ -260,7 +260,7 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
             if (map[i].kind != 2)
                 continue;
             deciding = true;
-            int g = static_cast<Conn *>(map[i].s->transport)->presw_gated();
+            int g = conn_of(map[i].s)->presw_gated();
             if (g < 0)
                 return poll_mixed(fds, nfds, ms_left(deadline, infinite), mask, use_mask);
             k[map[i].first].events = g ? static_cast<short>(fds[i].events & ~POLLIN) : fds[i].events;
@@ -277,7 +277,7 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
                 for (nfds_t i = 0; i < nfds; ++i) {
                     if (map[i].kind != 1)
                         continue;
-                    unsigned m = static_cast<Conn *>(map[i].s->transport)->poll_mask(fds[i].fd);
+                    unsigned m = conn_of(map[i].s)->poll_mask(fds[i].fd);
                     fds[i].revents = static_cast<short>(m & (static_cast<unsigned>(fds[i].events) | POLLERR | POLLHUP));
                     if (fds[i].revents)
                         ++ready;
@@ -300,14 +300,14 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
             return r;
         for (nfds_t i = 0; i < nfds; ++i)
             if (map[i].kind == 1 && map[i].comp >= 0 && (k[static_cast<size_t>(map[i].comp)].revents & POLLIN))
-                static_cast<Conn *>(map[i].s->transport)->on_completion_event();
+                conn_of(map[i].s)->on_completion_event();
         for (nfds_t i = 0; i < nfds; ++i) {
             if (map[i].kind != 2)
                 continue;
             // It switched, or its TCP input is (now) only the CONFIRM or bytes held back:
             // start over with its eventfds, or it is not readable.
-            int g = (k[map[i].first].revents & POLLIN) ? static_cast<Conn *>(map[i].s->transport)->presw_gated() : 0;
-            if (g < 0 || static_cast<Conn *>(map[i].s->transport)->phase() == Conn::Phase::rdma) {
+            int g = (k[map[i].first].revents & POLLIN) ? conn_of(map[i].s)->presw_gated() : 0;
+            if (g < 0 || conn_of(map[i].s)->phase() == Conn::Phase::rdma) {
                 int left = ms_left(deadline, infinite);
                 return poll_mixed(fds, nfds, left, mask, use_mask);
             }
@@ -320,7 +320,7 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
                 if (fds[i].revents)
                     ++ready;
             } else if (!fds[i].revents) {
-                unsigned m = static_cast<Conn *>(map[i].s->transport)->poll_mask(fds[i].fd);
+                unsigned m = conn_of(map[i].s)->poll_mask(fds[i].fd);
                 fds[i].revents = static_cast<short>(m & (static_cast<unsigned>(fds[i].events) | POLLERR | POLLHUP));
                 if (fds[i].revents)
                     ++ready;

@@ -29,8 +29,39 @@ public:
     // Called when the owning socket object is recycled; frees the transport.
     virtual void destroy() noexcept = 0;
 
+    // What the hooks ask of a socket's transport beyond moving bytes.  The defaults are
+    // kernel TCP's; the RDMA transport overrides them.
+    // Where the connection is ("maybe", "verifying", "rdma", "tcp": RDMASOCK_INFO).
+    virtual const char *phase_name() const noexcept { return "tcp"; }
+    // Its bytes move over RDMA now.
+    virtual bool on_rdma() const noexcept { return false; }
+    // The number the transport reaches the kernel socket through (-1: it keeps none).
+    virtual int kernel_fd() const noexcept { return -1; }
+    // The program closed number `from` but still holds the socket as `to`.
+    virtual void renumber(int, int) noexcept {}
+    // close() while other calls are in progress: go on through `keep`, a duplicate the
+    // library owns (true), or not (false: the kernel close decides).
+    virtual bool continue_on(int) noexcept { return false; }
+    // The program set O_NONBLOCK (F_SETFL, FIONBIO) or SO_RCVLOWAT through the library.
+    virtual void note_nonblocking(bool) noexcept {}
+    virtual void set_rcvlowat(int) noexcept {}
+    // FIONREAD / SIOCINQ and SIOCOUTQ where the kernel socket does not know them (only
+    // asked while on_rdma()).
+    virtual int bytes_readable() noexcept { return 0; }
+    virtual int bytes_unacked() noexcept { return 0; }
+    // fork(): before it, in the parent; after it, in the child.
+    virtual void before_fork() noexcept {}
+    virtual void after_fork_child() noexcept {}
+
+    // The RDMA transport (a Conn: Conn::of in conn/rdma_conn.hh turns it into one).
+    bool is_rdma() const noexcept { return rdma_; }
+
 protected:
+    explicit Transport(bool rdma = false) noexcept : rdma_(rdma) {}
     ~Transport() = default;
+
+private:
+    const bool rdma_;
 };
 
 // The kernel TCP transport (a stateless singleton).
