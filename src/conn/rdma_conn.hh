@@ -1,13 +1,12 @@
 // One offload-candidate TCP connection and, once negotiated, its RDMA data path
-// (docs/protocol.md).  A Conn is the Transport of its socket through every phase:
+// (docs/protocol.md).  A Conn is the Transport of its socket through every phase
+// (switchover.hh), a facade that routes events between its parts:
 //
-//   maybe      undecided: bytes move on the TCP socket, counted, through the hooked
-//              path (client: negotiating in the background; server: accepted, no RDMA
-//              request bound yet)
-//   verifying  server: RDMA connection accepted; TCP bytes are delivered up to the
-//              offset the client's SWITCH names, where its CONFIRM must stand
-//   rdma       both: bytes move through the rings
-//   tcp        decided: plain TCP (the socket is an ordinary fast-path fd again)
+//   Link        the queue pair side: rdma_cm id, PD, CQ and channel, QP, posting
+//   RingPath    the rings, their cursors and credits, the stream's end (FIN, RESET)
+//   Switchover  the phase (its only writer) and the TCP bytes before the switch
+//   Shadows     the eventfds that carry readiness to poll, select and epoll
+//   waits::     the spin, the deadline and the signal-aware sleep of a blocking call
 //
 // Thread safety: one mutex per connection guards all state; the progress thread and
 // application threads take it.  Blocking waits happen outside it, on the shadow eventfds.
@@ -17,14 +16,18 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 
 #include "base/reason.hh"
+#include "conn/link.hh"
+#include "conn/ring.hh"
 #include "conn/shadows.hh"
+#include "conn/switchover.hh"
 #include "conn/upcalls.hh"
+#include "conn/wait.hh"
 #include "process/transport.hh"
-#include "rdma/kit.hh"
 #include "rdma/owners.hh"
 #include "wire/negotiate.hh"
 
@@ -35,7 +38,7 @@ class Socket;
 class Conn final : public Transport {
 public:
     enum class Side : uint8_t { client, server };
-    enum class Phase : uint8_t { maybe, verifying, rdma, tcp };
+    using Phase = Switchover::Phase;
 
     Conn(Side side, int tcp_fd, Upcalls &up) noexcept;
     ~Conn();
@@ -49,10 +52,10 @@ public:
     Reason set_peer_ring(const neg::RingInfo &r) noexcept;
     // Post receives and arm the CQ (before the connection is accepted/established).
     Reason post_initial_receives() noexcept;
-    const neg::Nonce &nonce() const noexcept { return nonce_; }
-    void set_nonce(const neg::Nonce &n) noexcept { nonce_ = n; }
-    rdma::CmId *cm_id() const noexcept { return id_.get(); }
-    std::shared_ptr<rdma::CmId> cm_id_ref() const noexcept { return id_; }
+    const neg::Nonce &nonce() const noexcept { return sw_.nonce(); }
+    void set_nonce(const neg::Nonce &n) noexcept { sw_.set_nonce(n); }
+    rdma::CmId *cm_id() const noexcept { return link_.cm_id(); }
+    std::shared_ptr<rdma::CmId> cm_id_ref() const noexcept { return link_.cm_id_ref(); }
 
     // Client: the RDMA connection is established and the peer's ring set.  Posts
     // SWITCH(TCP bytes sent so far) and goes to rdma; the CONFIRM follows on the TCP
@@ -82,17 +85,13 @@ public:
     void note_late_request() noexcept;
     // Server: why a socket no RDMA request bound is on TCP (the reason this process
     // declined one with, else no rdmasock on the client).
-    Reason undecided_reason() const noexcept
-    {
-        const Reason d = declined_.load(std::memory_order_relaxed);
-        return d != Reason::none ? d : Reason::peer_no_rdmasock;
-    }
+    Reason undecided_reason() const noexcept { return sw_.undecided_reason(); }
     // Server: the RDMA connection for this socket is established.
     void server_established() noexcept;
     // The RDMA side is gone before the switch (reject, disconnect, error): tcp.
     void abandon_rdma() noexcept;
 
-    Phase phase() const noexcept { return phase_.load(std::memory_order_acquire); }
+    Phase phase() const noexcept { return sw_.phase(); }
     // The connection behind a socket's transport (nullptr: kernel TCP).  The one place
     // that turns a Transport into a Conn: every Transport the engine gives a socket is one.
     static Conn *of(Transport *t) noexcept
@@ -105,7 +104,7 @@ public:
     int tcp_fd() const noexcept { return tcp_fd_; }
     void set_socket(Socket *s) noexcept { sock_ = s; }
     // Deadline for a server socket in phase maybe to see an RDMA request.
-    void set_maybe_deadline(std::chrono::steady_clock::time_point t) noexcept { maybe_deadline_ = t; }
+    void set_maybe_deadline(std::chrono::steady_clock::time_point t) noexcept { sw_.set_maybe_deadline(t); }
 
     // --- Transport ----------------------------------------------------------------------
     const char *name() const noexcept override { return "rdma"; }
@@ -125,10 +124,10 @@ public:
     // Upcalls::interest()).
     void note_interest() noexcept
     {
-        if (side_ == Side::server && !interested_.exchange(true, std::memory_order_acq_rel))
+        if (side_ == Side::server && sw_.note_interest())
             up_.interest(*this);
     }
-    bool interested() const noexcept { return interested_.load(std::memory_order_acquire); }
+    bool interested() const noexcept { return sw_.interested(); }
 
     // A server socket that is deciding (maybe/verifying) counts in rt::g_pending, so the
     // wait primitives take the mixed path for it.
@@ -177,8 +176,7 @@ public:
     // eventfds, held-back writes, or a CONFIRM to write when the SWITCH completes.
     bool needs_progress() const noexcept
     {
-        return sh_.has_users() || coalescing_watched_.load() || confirm_pending_.load() ||
-               verify_watch_.load();
+        return sh_.has_users() || coalescing_watched_.load() || sw_.confirm_pending() || sw_.verify_watched();
     }
     // Make the progress thread's watch of the completion channel match needs_progress()
     // (serialised: concurrent changes cannot leave it wrong).
@@ -198,7 +196,7 @@ public:
         sh_.sleep_end();
     }
     int wr_fd() const noexcept { return sh_.wr_fd(); }
-    int comp_fd() const noexcept;
+    int comp_fd() const noexcept { return link_.comp_fd(); }
 
     // --- progress thread ----------------------------------------------------------------
     void on_completion_event() noexcept;  // the completion channel is readable
@@ -207,7 +205,7 @@ public:
     void fail(const char *why) noexcept;
     // Timers: grace after TCP EOF without RDMA FIN.  Returns true when still pending.
     bool on_timer(std::chrono::steady_clock::time_point now) noexcept;
-    bool peer_finished() const noexcept { return peer_fin_.load(std::memory_order_acquire); }
+    bool peer_finished() const noexcept { return ring_.st.peer_fin.load(std::memory_order_acquire); }
 
     // In a fork child: this connection is unusable (documented rule: an offloaded
     // connection belongs to the process that made it).
@@ -217,166 +215,106 @@ public:
     void set_self(const std::shared_ptr<Conn> &s) noexcept { self_ = s; }
 
 private:
+    using Clock = std::chrono::steady_clock;
+    using Deadline = waits::Deadline;
 
     // All *_locked functions need mu_ held.
+    // --- completions (rdma_conn.cc) ---
     void poll_cq_locked() noexcept;
-    void handle_recv_locked(uint32_t imm) noexcept;
-    void update_shadows_locked(bool force = false) noexcept;
-    bool readable_locked() const noexcept;
-    // Client, before the PREFIX is consumed: the server's pre-switch bytes queued on the
-    // TCP socket (capped at what the PREFIX announced).
-    uint64_t tcp_prefix_bytes_locked() const noexcept;
-    bool writable_locked() const noexcept;
-    int post_write_locked(uint64_t off, const void *src, uint32_t len, uint32_t lkey,
-                          bool with_imm, uint32_t imm, bool inline_data) noexcept;
-    int post_ctrl_locked(neg::Imm t, uint32_t v) noexcept;
-    void maybe_credit_locked() noexcept;
-    // Up to `room` bytes from the receive ring into the program's iovecs at offset `at`
-    // (consumed and credited unless `peek`); returns how many.
-    size_t take_ring_locked(msghdr *msg, size_t at, size_t room, bool peek) noexcept;
-    int repost_recv_locked(unsigned n) noexcept;
-    // Stage `want` bytes of `msg` (from `skip`) and post them, or only stage them when
-    // `hold` (coalescing; flush_locked() posts them later).
-    ssize_t tx_ring_locked(const msghdr *msg, size_t skip, size_t want, bool hold) noexcept;
-    // Post the staged bytes not yet posted ([tx_posted_, tx_prod_)) as one message.
-    int flush_locked() noexcept;
-    // Server, verifying, at the client's switch offset: look for the CONFIRM.  Returns 1
-    // when the switch to rdma happened, 0 when undecided (wait), -1 when decided tcp.
-    int try_confirm_locked() noexcept;
+    void take_imm_locked(uint32_t imm) noexcept;
+    // Client: write (the rest of) the CONFIRM once the SWITCH has completed.
+    void push_confirm_locked() noexcept;
+    // --- the switch (rdma_conn.cc) ---
     // Before the switch (phases maybe, verifying): decide what can be decided now.
     // Returns 1 switched, -1 decided tcp, 0 still undecided.
     int presw_step_locked() noexcept;
-    // Before the switch: how many TCP bytes may be delivered to the program now (server,
-    // verifying: up to the SWITCH offset; none before the SWITCH is known).
-    uint64_t tcp_limit_locked() const noexcept;
-    // Read from the TCP socket before the switch (counted), into `msg` at `done`.
-    ssize_t presw_recv_locked(msghdr *msg, size_t done, size_t total, uint64_t limit, int flags) noexcept;
-    // Client: write (the rest of) the CONFIRM once the SWITCH has completed.
-    void push_confirm_locked() noexcept;
-    void give_up_verify_locked(Reason why) noexcept;
+    // Server, verifying, at the client's switch offset: look for the CONFIRM.  Returns 1
+    // when the switch to rdma happened, 0 when undecided (wait), -1 when decided tcp.
+    int try_confirm_locked() noexcept;
     // Server, verifying, no SWITCH yet: 0 while it may still come (or it got in as the
     // wait ended), else decided tcp (timeout) and -1.
     int gate_expired_locked() noexcept;
+    void give_up_verify_locked(Reason why) noexcept;
     // Both sides, at the switch: phase rdma, readiness moves to the eventfds.
-    void enter_rdma_locked(int lowat) noexcept;
-    void leave_pending_locked() noexcept;
+    void enter_rdma_locked(Switchover::Event e, int lowat) noexcept;
+    // The connection is committed to RDMA but cannot go on: rdma, then reset.
+    void enter_rdma_broken_locked(const char *why) noexcept;
     void decide_tcp_locked(Reason why) noexcept;
+    // --- readiness (rdma_conn.cc) ---
+    void update_shadows_locked(bool force = false) noexcept;
+    bool readable_locked() const noexcept;
+    bool writable_locked() const noexcept;
+    // Client, before the PREFIX is consumed: the server's pre-switch bytes queued on the
+    // TCP socket (capped at what the PREFIX announced).
+    uint64_t tcp_prefix_bytes_locked() const noexcept;
+    // --- calls (conn_io.cc) ---
+    // Before the switch: recvmsg from the TCP socket, counted and gated.  Returns the
+    // call's result, or kLookAgain.
+    ssize_t recv_presw_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr *msg, int flags, size_t total,
+                              size_t &done, Deadline &dl) noexcept;
+    // Client, on RDMA: the server's bytes from before its switch, on the TCP socket, come
+    // first.  Returns the call's result, or kLookAgain, or kNotHere (they are all read).
+    ssize_t recv_prefix_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, int flags, size_t total,
+                               size_t &done, Deadline &dl) noexcept;
+    // Up to `room` bytes from the receive ring into `msg` at `at` (counted unless `peek`).
+    size_t take_ring_locked(msghdr *msg, size_t at, size_t room, bool peek) noexcept;
+    // Read from the TCP socket before the switch (counted), into `msg` at `done`.
+    ssize_t presw_recv_locked(msghdr *msg, size_t done, size_t total, uint64_t limit, int flags) noexcept;
+    // Before the switch: sendmsg on the TCP socket, counted.  The call's result, or
+    // kLookAgain.
+    ssize_t send_presw_locked(std::unique_lock<std::mutex> &lk, int fd, const msghdr *msg, int flags,
+                              Deadline &dl) noexcept;
+    static constexpr ssize_t kLookAgain = std::numeric_limits<ssize_t>::min();
+    static constexpr ssize_t kNotHere = std::numeric_limits<ssize_t>::min() + 1;
     // Wait (outside mu_) until the shadow `efd` is ready for `events` or the TCP fd for
-    // `tcp_events`, honouring the socket's timeout.  0, -EAGAIN (timed out), -EINTR.
-    // `dl` is the call's deadline (SO_RCVTIMEO/SO_SNDTIMEO counted from the first wait of
-    // the call, as the kernel counts it, however many times the call waits).
-    struct Deadline {
-        bool set = false;
-        std::chrono::steady_clock::time_point at{};
-    };
-    // tcp_events: what to wait for on the TCP socket too (0: nothing; POLLIN: bytes
-    // before the peer's switch; POLLOUT: room for ours before our switch).  Returns < 0
-    // (-errno: timeout, signal), 0 (look again), or 1 (look again: the completion queue
-    // has just been polled).  check_nonblocking: the caller skipped its O_NONBLOCK check
-    // (spin_before_flag_check); it is made after the spin.
+    // `tcp_events` (0: nothing; POLLIN: bytes before the peer's switch; POLLOUT: room for
+    // ours before our switch), honouring the socket's timeout over the whole call (`dl`).
+    // Returns < 0 (-errno: timeout, signal), 0 (look again), or 1 (look again: the
+    // completion queue has just been polled).  check_nonblocking: the caller skipped its
+    // O_NONBLOCK check (spin_before_flag_check); it is made after the spin.
     int wait(int efd, short events, short tcp_events, bool for_send, std::unique_lock<std::mutex> &lk,
              Deadline &dl, bool check_nonblocking = false) noexcept;
     bool nonblocking() const noexcept;
     // Whether a blocking call may skip reading O_NONBLOCK before its busy-poll spin: the
     // flag was last seen clear (wait() reads it after the spin, before it sleeps).
     bool spin_before_flag_check(int flags) const noexcept;
+    void count_sent(uint64_t n) noexcept { counters_.bytes_sent += n; }
+    void count_received(uint64_t n) noexcept { counters_.bytes_received += n; }
 
     const Side side_;
     Upcalls &up_;
     int tcp_fd_;  // the program's number; continue_on() may move it to the library's duplicate
     Socket *sock_ = nullptr;
     std::weak_ptr<Conn> self_;
-    std::atomic<Phase> phase_;
     mutable std::mutex mu_;
     std::condition_variable cv_;  // send completions (close waits for its FIN)
 
-    std::shared_ptr<rdma::CmId> id_;
-    std::shared_ptr<rdma::Pd> pd_;
-    std::shared_ptr<rdma::CompChannel> chan_;
-    std::shared_ptr<rdma::Cq> cq_;
-    std::shared_ptr<rdma::Qp> qp_;
-    kits::RingMem rx_;
-    kits::RingMem tx_;
-    kits::RingMem spare_tx_;  // the kit's staging ring, until the peer's ring size is known
-    neg::RingInfo peer_ring_{};
-    neg::Nonce nonce_{};
-    uint32_t max_inline_ = 0;
-
+    Link link_;
+    RingPath ring_{link_};
+    Switchover sw_;
     Shadows sh_;
+
     std::atomic<bool> coalescing_watched_{false};
     std::mutex watch_mu_;       // refresh_watch (a leaf lock)
     bool comp_watched_ = false; // under watch_mu_
-    std::atomic<Reason> declined_{Reason::none};
     std::atomic<int> rcvlowat_{1};
     // O_NONBLOCK as last seen: -1 unknown, 0 clear, 1 set.  Set by every read of the flag
     // and by the program's F_SETFL/FIONBIO through the library.  Only busy-poll mode uses
     // it, and only to spin before reading the flag (another process sharing the socket
     // may have changed it: the flag is read again before any sleep).
     mutable std::atomic<int> nb_seen_{-1};
-    std::atomic<bool> interested_{false};
 
-    // receive side
-    uint64_t rx_prod_ = 0;      // bytes the peer has placed in our ring
-    uint64_t rx_cons_ = 0;      // bytes the program has read
-    uint64_t rx_credited_ = 0;  // rx_cons_ as last reported to the peer
-    bool prefix_known_ = false; // client: PREFIX received
-    uint64_t prefix_left_ = 0;  // client: TCP bytes still to read before the ring
-    uint64_t tcp_read_ = 0;     // TCP bytes read before the peer's PREFIX / SWITCH
-    // server: the client's SWITCH (its TCP bytes before the CONFIRM)
-    bool switch_known_ = false;
-    // server: the wait for the SWITCH timed out and stopped the queue pair, and a SWITCH
-    // was found after all (gate_expired_locked)
-    bool qp_stopped_ = false;
-    uint64_t switch_at_ = 0;
-    // server, verifying: give up (decide tcp) when no SWITCH has come by then (once it
-    // has, the bytes at its offset decide, with no deadline)
-    std::chrono::steady_clock::time_point gate_deadline_{};
-    // client: the CONFIRM still to write once the SWITCH request has completed
-    std::atomic<bool> confirm_pending_{false};
-    std::atomic<bool> verify_watch_{false};  // server, verifying: the SWITCH is awaited
-    uint64_t switch_wr_ = 0;
-    unsigned confirm_done_ = 0;
-    bool confirm_out_watch_ = false;  // the progress thread watches POLLOUT for it
-    bool shut_rd_ = false;
-    std::atomic<bool> peer_fin_{false};
-    // The peer close()d (FIN with value 1): it reads nothing more.  Later writes go to
-    // the TCP socket, so the peer's kernel answers them with an RST and this side sees
-    // what the kernel's own TCP shows (EPIPE, SIGPIPE, POLLERR|POLLHUP).
-    bool peer_closed_ = false;
-    bool tcp_error_ = false;  // after peer_closed_: the TCP socket reports ERR/HUP
-    // Urgent data (MSG_OOB) travels on the TCP socket, as the kernel's would: the peer's
-    // TCP socket has it pending (POLLPRI) until it is read with MSG_OOB.
-    bool urgent_ = false;
-
-    // send side
-    uint64_t tx_prod_ = 0;   // bytes staged for the peer's ring (accepted from the program)
-    uint64_t tx_posted_ = 0; // bytes posted to the peer's ring (tx_acked_ <= this <= tx_prod_)
-    uint64_t writes_ = 0;    // send calls that moved data (statistics)
-    uint64_t data_msgs_ = 0; // DATA messages posted: fewer than writes_ when coalescing
-    uint64_t tx_acked_ = 0;  // bytes the peer has consumed (credited)
-    uint64_t tcp_sent_ = 0;  // bytes sent on TCP before the switch (PREFIX / SWITCH)
-    bool shut_wr_ = false;
-    bool fin_sent_ = false;
-    uint64_t wr_posted_ = 0;     // work requests posted
-    uint64_t wr_completed_ = 0;  // work requests known complete (signalled ones cover earlier)
-    unsigned unsignaled_ = 0;
-    uint64_t last_signaled_ = 0;  // wr_id of the last signalled request
-    uint32_t sq_depth_ = 0;
-    unsigned recv_posted_ = 0;
-
-    // failure
-    bool reset_ = false;           // reset by the peer (ECONNRESET once, then EPIPE)
-    bool reset_reported_ = false;
-    bool failed_ = false;          // local failure (QP error)
-    bool tcp_eof_ = false;         // the TCP connection saw EOF/RST
-    bool pending_counted_ = false;
-    bool closed_ = false;          // the TCP fd is closed (its number may be reused)
-    bool dead_ = false;            // fork child: never touch the verbs objects
-    std::chrono::steady_clock::time_point grace_deadline_{};
-    std::chrono::steady_clock::time_point maybe_deadline_{};
-
-    uint64_t bytes_sent_ = 0;
-    uint64_t bytes_received_ = 0;
+    // The TCP socket as the progress thread watches it once on RDMA.
+    struct TcpWatch {
+        bool eof = false;    // the TCP connection saw EOF/RST
+        bool error = false;  // after the peer's close: the TCP socket reports ERR/HUP
+        // Urgent data (MSG_OOB) travels on the TCP socket, as the kernel's would: the
+        // peer's TCP socket has it pending (POLLPRI) until it is read with MSG_OOB.
+        bool urgent = false;
+        Clock::time_point grace_deadline{};  // no RDMA FIN by then: the peer died
+    } tcp_;
+    bool closed_ = false;  // the TCP fd is closed (its number may be reused)
+    Counters counters_;
 };
 
 }  // namespace rdmasock

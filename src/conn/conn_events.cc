@@ -1,0 +1,309 @@
+// Conn: completions (from the progress thread or a waiting call), TCP events and
+// readiness.
+#include "conn/rdma_conn.hh"
+
+#include <cerrno>
+#include <cstring>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "base/log.hh"
+#include "base/real.hh"
+#include "conn/windows.hh"
+#include "process/runtime.hh"
+#include "process/socket.hh"
+
+namespace rdmasock {
+
+/* ---- completions ------------------------------------------------------------------------ */
+
+void Conn::poll_cq_locked() noexcept
+{
+    if (!link_.usable())
+        return;
+    link_.poll([this](uint32_t imm) { take_imm_locked(imm); },
+               [this](ibv_wc_status status) {
+                   if (!ring_.st.failed && !ring_.st.reset && status != IBV_WC_WR_FLUSH_ERR)
+                       RS_DEBUG("connection fd=%d: completion error %s", tcp_fd_, ibv_wc_status_str(status));
+                   if (!ring_.st.peer_fin)
+                       ring_.st.failed = true;
+               });
+    if (!ring_.st.failed)
+        link_.refill_recvs();
+    if (ring_.holding() && !link_.signalled_in_flight())
+        ring_.flush();  // what the coalesced writes were waiting for has completed
+    if (sw_.confirm_pending())
+        push_confirm_locked();
+}
+
+void Conn::take_imm_locked(uint32_t imm) noexcept
+{
+    using Kind = RingPath::Found::Kind;
+    const RingPath::Found f = ring_.take_imm(imm);
+    switch (f.kind) {
+    case Kind::data:
+        if (sh_.has_users())
+            sh_.edge();  // a new arrival: edge-triggered waiters see an edge
+        break;
+    case Kind::credit:
+    case Kind::fin:
+    case Kind::reset:
+        break;
+    case Kind::prefix:
+        if (side_ != Side::client || !sw_.accept_prefix(f.value))
+            fail("unexpected PREFIX");
+        break;
+    case Kind::switch_at:
+        if (side_ != Side::server || !sw_.accept_switch(f.value)) {
+            if (side_ == Side::server && sw_.phase() == Phase::verifying)
+                give_up_verify_locked(Reason::bad_message);
+            else
+                fail("unexpected SWITCH");
+            break;
+        }
+        RS_DEBUG("connection fd=%d: SWITCH(%u) with %llu TCP bytes read", tcp_fd_, f.value,
+                 static_cast<unsigned long long>(sw_.tcp_read()));
+        // No deadline from here: the bytes at offset n decide (the CONFIRM, or anything
+        // else: TCP), and a third party cannot write into the stream.  Giving up before
+        // they came could deliver a late CONFIRM as the program's bytes.
+        sh_.wake();
+        break;
+    case Kind::fault:
+        fail(f.fault);
+        break;
+    }
+}
+
+void Conn::push_confirm_locked() noexcept
+{
+    if (ring_.st.broken() || closed_) {
+        // The SWITCH failed (the connection is reset) or the fd is gone.
+        sw_.end_confirm();
+        refresh_watch();
+        return;
+    }
+    if (!sw_.switch_completed(link_.completed()))
+        return;  // the SWITCH has not reached the server yet
+    const int w = sw_.write_confirm(tcp_fd_);
+    if (w == 0) {
+        // The TCP send buffer is full of the bytes before the switch: the progress
+        // thread writes the rest when it drains.
+        if (!sw_.confirm_out_watched()) {
+            sw_.set_confirm_out_watch(true);
+            up_.watch_tcp_out(*this, true);
+        }
+        return;
+    }
+    if (w < 0)
+        fail("cannot write the CONFIRM");
+    sw_.end_confirm();
+    if (w > 0 && sw_.confirm_out_watched()) {
+        sw_.set_confirm_out_watch(false);
+        up_.watch_tcp_out(*this, false);
+    }
+    refresh_watch();
+}
+
+void Conn::refresh_watch() noexcept
+{
+    std::lock_guard<std::mutex> lk(watch_mu_);
+    const bool want = needs_progress();
+    if (want != comp_watched_) {
+        up_.set_comp_watch(*this, want);
+        comp_watched_ = want;
+    }
+}
+
+void Conn::fail(const char *why) noexcept
+{
+    if (!ring_.st.broken())
+        RS_DEBUG("connection fd=%d reset: %s", tcp_fd_, why);
+    ring_.st.reset = true;
+    update_shadows_locked(true);
+}
+
+void Conn::on_completion_event() noexcept
+{
+    if (!link_.usable())
+        return;
+    link_.ack_events();
+    bool unwatch = false;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        poll_cq_locked();
+        link_.arm();
+        poll_cq_locked();
+        update_shadows_locked();
+        cv_.notify_all();
+        // Nothing held back any more: the watch for it ends (a retired connection's
+        // watch is the engine's, for the peer's FIN).
+        if (!closed_ && !ring_.holding() && coalescing_watched_.load(std::memory_order_relaxed)) {
+            coalescing_watched_.store(false);
+            unwatch = true;
+        }
+    }
+    if (unwatch)
+        refresh_watch();  // outside the connection's lock, as every caller
+}
+
+void Conn::on_tcp_event(unsigned events) noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closed_)
+        return;
+    Phase p = sw_.phase();
+    if ((events & POLLOUT) && sw_.confirm_pending())
+        push_confirm_locked();  // the TCP socket drained: the rest of the CONFIRM
+    if (side_ == Side::server && p == Phase::verifying && (events & (POLLIN | POLLRDHUP | POLLHUP))) {
+        poll_cq_locked();
+        try_confirm_locked();  // switch even if the program never reads (nothing before it)
+        return;
+    }
+    if (p != Phase::rdma)
+        return;
+    if ((events & POLLPRI) && !tcp_.urgent) {
+        tcp_.urgent = true;
+        update_shadows_locked(true);
+    }
+    if (events & (POLLRDHUP | POLLHUP | POLLERR)) {
+        if (!tcp_.eof) {
+            tcp_.eof = true;
+            tcp_.grace_deadline = Clock::now() + std::chrono::milliseconds(rt::config().peer_grace_ms);
+        }
+        if ((events & (POLLHUP | POLLERR)) && !ring_.st.peer_fin)
+            fail("the TCP connection was reset");
+        else if ((events & (POLLHUP | POLLERR)) && ring_.st.peer_closed && !tcp_.error) {
+            tcp_.error = true;  // the RST our writes after the peer's close provoked
+            update_shadows_locked(true);
+        }
+    }
+    if (side_ == Side::client && !sw_.prefix_done() && (events & (POLLIN | POLLRDHUP))) {
+        // The server's pre-switch bytes (or its EOF) arrived on the TCP socket.
+        sh_.edge();  // a new arrival: edge-triggered waiters see an edge
+        update_shadows_locked(true);
+    }
+}
+
+bool Conn::on_timer(Clock::time_point now) noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!tcp_.eof || ring_.st.peer_fin || ring_.st.reset)
+        return false;
+    if (now < tcp_.grace_deadline)
+        return true;
+    // The peer's TCP connection closed and no FIN came over RDMA: the peer died.
+    fail("peer closed its TCP connection without an RDMA FIN");
+    return false;
+}
+
+/* ---- readiness -------------------------------------------------------------------------- */
+
+bool Conn::readable_locked() const noexcept
+{
+    if (ring_.st.broken() || ring_.st.shut_rd || tcp_.error)
+        return true;
+    if (side_ == Side::client && !sw_.prefix_done())
+        // The server's bytes from before its switch come first, from the TCP socket
+        // (its EOF too): the eventfd follows them, so that it never stays readable with
+        // nothing to read (an epoll waiter would spin on it).
+        return tcp_.eof || tcp_prefix_bytes_locked() > 0;
+    const uint64_t lowat = static_cast<uint64_t>(rcvlowat_.load(std::memory_order_relaxed));
+    return ring_.avail() >= lowat || ring_.st.peer_fin;
+}
+
+bool Conn::writable_locked() const noexcept
+{
+    if (ring_.st.broken() || ring_.st.shut_wr || ring_.st.peer_closed)
+        return true;  // after the peer's close, writes go to the TCP socket
+    return ring_.can_send();
+}
+
+uint64_t Conn::tcp_prefix_bytes_locked() const noexcept
+{
+    if (side_ != Side::client || sw_.prefix_done())
+        return 0;
+    int tcp = 0;
+    if (RS_REAL(ioctl)(tcp_fd_, FIONREAD, &tcp) != 0 || tcp <= 0)
+        return 0;
+    return sw_.prefix_cap(static_cast<uint64_t>(tcp));
+}
+
+void Conn::shadow_users(int delta) noexcept
+{
+    int before = sh_.add_users(delta);
+    // epoll waiters see only the eventfds: while there are any, the progress thread
+    // handles this connection's completions.
+    if ((before == 0 && delta > 0) || (before + delta == 0 && delta < 0))
+        refresh_watch();
+}
+
+void Conn::sync_shadows() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    poll_cq_locked();
+    update_shadows_locked(true);
+}
+
+void Conn::update_shadows_locked(bool force) noexcept
+{
+    // Nobody watches the eventfds (no epoll registration): skip the two syscalls; the
+    // first watcher brings them up to date.  Threads blocked in a call or in
+    // poll/select wake on the completion channel; state changes that come from
+    // elsewhere (a reset seen on the TCP socket) force the update.
+    if (sw_.phase() != Phase::rdma || link_.dead() || (!force && !sh_.watched()))
+        return;
+    // (Urgent data wakes POLLPRI waiters: they recompute.)
+    sh_.set(readable_locked() || tcp_.urgent, writable_locked());
+}
+
+unsigned Conn::poll_mask(int) noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (sw_.phase() != Phase::rdma) {
+        pollfd pf{tcp_fd_, POLLIN | POLLOUT | POLLRDHUP, 0};
+        return RS_REAL(poll)(&pf, 1, 0) > 0 ? static_cast<unsigned>(pf.revents) : 0;
+    }
+    poll_cq_locked();
+    update_shadows_locked();
+    const RingPath::Status &st = ring_.st;
+    if (st.broken())
+        return POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP;
+    unsigned m = 0;
+    const uint64_t lowat = static_cast<uint64_t>(rcvlowat_.load(std::memory_order_relaxed));
+    if (side_ == Side::client && !sw_.prefix_done()) {
+        // The server's bytes from before its switch come first, from the TCP socket:
+        // readable at its EOF, or once SO_RCVLOWAT bytes are there to read.
+        pollfd pf{tcp_fd_, POLLIN | POLLRDHUP, 0};
+        const bool tcp_eof = RS_REAL(poll)(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+        const uint64_t n = tcp_prefix_bytes_locked() + (sw_.prefix_known() ? ring_.avail() : 0);
+        if (tcp_eof || st.shut_rd || n >= lowat)
+            m |= POLLIN;
+    } else if (readable_locked()) {
+        m |= POLLIN;
+    }
+    if (writable_locked())
+        m |= POLLOUT;
+    if (st.peer_fin) {
+        m |= POLLRDHUP | POLLIN;
+        if (st.shut_wr)
+            m |= POLLHUP;
+    }
+    if (st.shut_rd)
+        m |= POLLRDHUP | POLLIN;  // SHUT_RD: reads return EOF at once
+    if (tcp_.urgent) {
+        pollfd pf{tcp_fd_, POLLPRI, 0};
+        if (RS_REAL(poll)(&pf, 1, 0) > 0 && (pf.revents & POLLPRI))
+            m |= POLLPRI;
+        else
+            tcp_.urgent = false;  // read (MSG_OOB) meanwhile
+    }
+    if (st.peer_closed) {  // what the TCP socket says once the peer's RST came
+        pollfd pf{tcp_fd_, POLLOUT, 0};
+        if (RS_REAL(poll)(&pf, 1, 0) > 0)
+            m |= static_cast<unsigned>(pf.revents) & (POLLERR | POLLHUP);
+    }
+    return m;
+}
+
+}  // namespace rdmasock

@@ -1,0 +1,537 @@
+// Conn: the program's calls (recvmsg, sendmsg, shutdown, FIONREAD, SIOCOUTQ) and how
+// they wait.  Set-up, completions, the switch and readiness are in rdma_conn.cc.
+#include "conn/rdma_conn.hh"
+
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <fcntl.h>
+#include <poll.h>
+
+#include "base/real.hh"
+#include "conn/iov.hh"
+#include "process/runtime.hh"
+#include "process/signals.hh"
+
+namespace rdmasock {
+
+bool Conn::nonblocking() const noexcept
+{
+    int fl = RS_REAL(fcntl)(tcp_fd_, F_GETFL, nullptr);
+    const bool nb = fl >= 0 && (fl & O_NONBLOCK);
+    nb_seen_.store(nb ? 1 : 0, std::memory_order_relaxed);
+    return nb;
+}
+
+bool Conn::spin_before_flag_check(int flags) const noexcept
+{
+    return !(flags & MSG_DONTWAIT) && rt::config().busy_poll_us > 0 &&
+           nb_seen_.load(std::memory_order_relaxed) == 0;
+}
+
+int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::unique_lock<std::mutex> &lk,
+               Deadline &dl, bool check_nonblocking) noexcept
+{
+    // A server waiting for the client's SWITCH sleeps on its completions too.
+    const Phase ph = sw_.phase();
+    const bool have_cq = (ph == Phase::rdma || (ph == Phase::verifying && side_ == Side::server)) && link_.usable();
+    // Busy-poll mode (RDMASOCK_BUSY_POLL_US): spin on the completion queue for a bounded
+    // time before sleeping.  Off by default: an idle process uses no CPU.  The spin comes
+    // before the socket's timeout is read (a system call the data often makes needless);
+    // a timeout counts from the spin's start.
+    const long spin_us = rt::config().busy_poll_us;
+    waits::Clock::time_point spun_from{};
+    if (spin_us > 0 && have_cq && tcp_events == 0 &&
+        waits::spin(
+            lk, spin_us,
+            [&] {
+                poll_cq_locked();
+                update_shadows_locked();
+                return efd == sh_.rd_fd() ? readable_locked() : writable_locked();
+            },
+            &spun_from))
+        return 1;  // (the completion queue was just polled)
+    // The spin came before the O_NONBLOCK check (spin_before_flag_check): a socket that
+    // is nonblocking after all (another process changed the flag) does not sleep.
+    if (check_nonblocking && nonblocking())
+        return -EAGAIN;
+    bool has_timeout = false;
+    int tmo = waits::sleep_limit(tcp_fd_, for_send, dl, spun_from, &has_timeout);
+    if (tmo == -EAGAIN)
+        return -EAGAIN;
+    // Before the switch, look again at least every 50 ms: the switch happens on another
+    // thread and its wake-up is an eventfd that a later update may drain.
+    bool sliced = false;
+    if (sw_.phase() != Phase::rdma && (tmo < 0 || tmo > 50)) {
+        tmo = 50;
+        sliced = true;
+    }
+    update_shadows_locked(true);  // no stale "readable" left to wake us for nothing
+    // While a thread sleeps here, whoever handles a completion (another thread of the
+    // program, the progress thread) keeps the eventfds current: a credit taken in by a
+    // reader must wake a writer sleeping on the writable eventfd.  The waiting thread
+    // also watches the completion channel itself, so a wake-up does not have to go
+    // through the progress thread (whichever reads the event first handles it; both
+    // re-arm and re-poll, so none is lost).
+    sh_.sleep_begin();
+    pollfd p[3] = {{efd, events, 0}, {have_cq ? comp_fd() : -1, POLLIN, 0}, {tcp_fd_, tcp_events, 0}};
+    const int r = waits::sleep(lk, p, tcp_events ? 3 : 2, tmo, has_timeout);
+    sh_.sleep_end();
+    if (r == waits::kRestart)
+        return 0;
+    if (r == 0)
+        return sliced ? 0 : -EAGAIN;  // a slice ended: the caller looks again
+    if (r < 0)
+        return r;
+    if (have_cq && (p[1].revents & POLLIN)) {
+        // One event per arming: one read (another one pending keeps the fd readable).
+        link_.ack_event();
+        poll_cq_locked();
+        link_.arm();
+        poll_cq_locked();
+        update_shadows_locked();
+        cv_.notify_all();
+        if (!(efd == sh_.rd_fd() && (p[0].revents & POLLIN) && !sh_.readable_set()))
+            return 1;  // (the completion queue was just polled)
+    }
+    // A stale wake-up of a level flag we are about to recompute: drain it.
+    if (efd == sh_.rd_fd() && (p[0].revents & POLLIN))
+        sh_.drain_stale();
+    return 0;
+}
+
+/* ---- receive ---------------------------------------------------------------------------- */
+
+size_t Conn::take_ring_locked(msghdr *msg, size_t at, size_t room, bool peek) noexcept
+{
+    const size_t n = ring_.take(msg, at, room, peek);
+    if (!peek)
+        count_received(n);
+    return n;
+}
+
+ssize_t Conn::presw_recv_locked(msghdr *msg, size_t done, size_t total, uint64_t limit, int flags) noexcept
+{
+    const int fl = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
+    ssize_t r;
+    if (done == 0 && limit >= total)
+        r = RS_REAL(recvmsg)(tcp_fd_, msg, fl);
+    else
+        r = iov::tcp_recv_at(tcp_fd_, msg, done, limit, fl);
+    if (r < 0)
+        return -errno;
+    if (r > 0 && !(flags & MSG_PEEK)) {
+        sw_.took_from_tcp(static_cast<uint64_t>(r));
+        count_received(static_cast<uint64_t>(r));
+    }
+    return r;
+}
+
+ssize_t Conn::recv_presw_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr *msg, int flags, size_t total,
+                                size_t &done, Deadline &dl) noexcept
+{
+    const bool waitall = (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
+    const ssize_t partial = static_cast<ssize_t>(done);
+    if (side_ == Side::server && !sw_.interested()) {
+        lk.unlock();
+        note_interest();
+        lk.lock();
+        return kLookAgain;
+    }
+    if (flags & MSG_OOB) {  // the urgent byte is not part of the counted stream
+        lk.unlock();
+        ssize_t r = RS_REAL(recvmsg)(fd, msg, flags);
+        return r < 0 ? -errno : r;
+    }
+    if (presw_step_locked() != 0)
+        return kLookAgain;
+    const Phase p = sw_.phase();
+    const uint64_t limit = sw_.tcp_limit();
+    const bool block = !((flags & MSG_DONTWAIT) || nonblocking());
+    if (limit > 0) {
+        // A blocking call reads once poll() says readable, which honours SO_RCVLOWAT as
+        // the kernel's own blocking read does.
+        bool ready = true;
+        if (block && done == 0 && total > 0) {
+            pollfd pf{tcp_fd_, POLLIN, 0};
+            ready = RS_REAL(poll)(&pf, 1, 0) > 0;
+        }
+        if (ready) {
+            ssize_t r = presw_recv_locked(msg, done, total, limit, flags);
+            if (r > 0) {
+                done += static_cast<size_t>(r);
+                if (!waitall || done == total)
+                    return static_cast<ssize_t>(done);
+                return kLookAgain;
+            }
+            if (r == 0)
+                return partial;  // EOF (or an empty buffer)
+            if (r != -EAGAIN && r != -EWOULDBLOCK && r != -EINTR)
+                return done > 0 ? partial : r;
+        }
+    }
+    if (!block)
+        return done > 0 ? partial : -EAGAIN;
+    // Gated (a server waiting for the SWITCH): the TCP socket may be readable with bytes
+    // not ours to deliver yet; sleep on the eventfd and completions.
+    const bool tcp_input = limit > 0 || (p == Phase::verifying && sw_.switch_known());
+    int w = wait(sh_.rd_fd(), POLLIN, tcp_input ? POLLIN : 0, false, lk, dl);
+    if (w < 0)
+        return done > 0 ? partial : w;
+    sh_.drain();
+    return kLookAgain;
+}
+
+ssize_t Conn::recv_prefix_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, int flags, size_t total,
+                                 size_t &done, Deadline &dl) noexcept
+{
+    // Bytes the server sent on TCP before it switched come first, into the program's
+    // buffer at `done` (MSG_WAITALL fills it across both sources).
+    const bool peek = flags & MSG_PEEK;
+    const bool waitall = (flags & MSG_WAITALL) && !peek;
+    const size_t want = static_cast<size_t>(sw_.prefix_cap(total - done));
+    const int fl = MSG_DONTWAIT | (flags & MSG_PEEK);
+    ssize_t r = want ? iov::tcp_recv_at(tcp_fd_, msg, done, want, fl) : 0;
+    const int e = errno;
+    if (r > 0) {
+        if (!peek) {
+            sw_.took_from_tcp(static_cast<uint64_t>(r));
+            count_received(static_cast<uint64_t>(r));
+        }
+        done += static_cast<size_t>(r);
+        const bool prefix_done =
+            sw_.prefix_known() && (peek ? static_cast<uint64_t>(r) == sw_.prefix_left() : sw_.prefix_left() == 0);
+        if (!waitall && done < total && prefix_done && !ring_.st.shut_rd && ring_.avail() != 0) {
+            // The prefix ends inside this call: what the ring already holds comes with
+            // it, as one kernel read returns everything queued (a poll that counted both
+            // for SO_RCVLOWAT must not get a shorter read).
+            done += take_ring_locked(msg, done, total - done, peek);
+        }
+        update_shadows_locked();
+        if (!waitall || done == total)
+            return static_cast<ssize_t>(done);
+        return kLookAgain;
+    }
+    const ssize_t partial = static_cast<ssize_t>(done);
+    if (r == 0 && want > 0 && !sw_.prefix_known()) {
+        // The server closes its TCP socket only after its RDMA FIN completed, so a PREFIX
+        // it sent is in our completion queue by now: look once more (the TCP EOF may
+        // have arrived after this call's first look).
+        poll_cq_locked();
+        if (sw_.prefix_known())
+            return kLookAgain;
+        return partial;  // the server closed before it ever switched: plain EOF
+    }
+    if (r == 0 && want > 0)
+        // The server announced more TCP bytes than its stream holds: they can never come
+        // (and waiting for the readable TCP fd would spin).
+        fail("the TCP stream ended inside the announced prefix");
+    if (r < 0 && e != EAGAIN && e != EINTR)
+        return done > 0 ? partial : -e;
+    if (sw_.prefix_done())
+        return kNotHere;
+    if (ring_.st.broken())
+        return done > 0 ? partial : -ECONNRESET;
+    if ((flags & MSG_DONTWAIT) || nonblocking())
+        return done > 0 ? partial : -EAGAIN;
+    ring_.flush();
+    int w = wait(sh_.rd_fd(), POLLIN, POLLIN, false, lk, dl);
+    if (w < 0)
+        return done > 0 ? partial : w;
+    return kLookAgain;
+}
+
+ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
+{
+    sig::clear_last();  // a handler that runs from here on interrupts the call's waits
+    std::unique_lock<std::mutex> lk(mu_);
+    Deadline dl;
+    bool lowat_gave_up = false;
+    bool just_polled = false;  // wait() polled the completion queue as it returned
+    const size_t total = iov::total(msg);
+    size_t done = 0;
+    const bool peek = flags & MSG_PEEK;
+    const bool waitall = (flags & MSG_WAITALL) && !peek;
+    msg->msg_flags = 0;
+    msg->msg_controllen = 0;
+    if (msg->msg_name)
+        msg->msg_namelen = 0;
+    const RingPath::Status &st = ring_.st;
+    for (;;) {
+        const Phase p = sw_.phase();
+        if (p == Phase::tcp || (p == Phase::rdma && (flags & MSG_OOB))) {
+            // Plain TCP, or urgent data (on the TCP socket).
+            lk.unlock();
+            ssize_t r = RS_REAL(recvmsg)(fd, msg, flags);
+            return r < 0 ? -errno : r;
+        }
+        if (p != Phase::rdma) {  // before the switch: the TCP socket, counted
+            const ssize_t r = recv_presw_locked(lk, fd, msg, flags, total, done, dl);
+            if (r == kLookAgain)
+                continue;
+            return r;
+        }
+        if (!just_polled)
+            poll_cq_locked();
+        just_polled = false;
+        if (total == 0)
+            return 0;
+        if (side_ == Side::client && !sw_.prefix_done()) {
+            const ssize_t r = recv_prefix_locked(lk, msg, flags, total, done, dl);
+            if (r == kLookAgain)
+                continue;
+            if (r != kNotHere)
+                return r;
+        }
+        const uint64_t avail = ring_.avail();
+        // SO_RCVLOWAT: a blocking call waits for that many bytes (or all it asked for).
+        const uint64_t lowat = static_cast<uint64_t>(rcvlowat_.load(std::memory_order_relaxed));
+        if (avail > 0 && done == 0 && !waitall && !lowat_gave_up && avail < lowat && avail < total && !st.shut_rd &&
+            !st.peer_fin && !st.broken() && !(flags & MSG_DONTWAIT) && !nonblocking()) {
+            ring_.flush();
+            if (wait(sh_.rd_fd(), POLLIN, 0, false, lk, dl) < 0)
+                lowat_gave_up = true;  // timeout or signal: what there is, as the kernel
+            continue;
+        }
+        if (avail > 0 && !st.shut_rd) {
+            done += take_ring_locked(msg, done, total - done, peek);
+            update_shadows_locked();
+            if (!waitall || done == total)
+                return static_cast<ssize_t>(done);
+            continue;
+        }
+        if (done > 0 && (st.peer_fin || st.broken() || st.shut_rd))
+            return static_cast<ssize_t>(done);
+        if (st.peer_fin || st.shut_rd)
+            return 0;
+        if (st.broken()) {
+            if (!st.reset_reported) {
+                ring_.st.reset_reported = true;
+                return -ECONNRESET;
+            }
+            return 0;
+        }
+        // (Busy-poll mode: a socket last seen blocking spins first; wait() reads the flag
+        // before it sleeps.)
+        const bool spin_first = spin_before_flag_check(flags);
+        if (!spin_first && ((flags & MSG_DONTWAIT) || nonblocking()))
+            return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
+        ring_.flush();  // about to sleep for input: what we coalesced goes out first
+        int w = wait(sh_.rd_fd(), POLLIN, 0, false, lk, dl, spin_first);
+        if (w < 0)
+            return done > 0 ? static_cast<ssize_t>(done) : w;
+        just_polled = w > 0;
+    }
+}
+
+/* ---- send ------------------------------------------------------------------------------- */
+
+ssize_t Conn::send_presw_locked(std::unique_lock<std::mutex> &lk, int fd, const msghdr *msg, int flags,
+                                Deadline &dl) noexcept
+{
+    if ((flags & MSG_OOB) && sw_.phase() == Phase::maybe) {
+        // Several urgent bytes make the receiver's in-band count ambiguous: the
+        // connection stays on TCP.
+        decide_tcp_locked(Reason::urgent_data);
+        return kLookAgain;
+    }
+    ssize_t r = RS_REAL(sendmsg)(fd, msg, flags | MSG_DONTWAIT);
+    if (r >= 0) {
+        // The urgent byte is not in the peer's in-band stream (one per send;
+        // SO_OOBINLINE is not supported).
+        sw_.sent_on_tcp(static_cast<uint64_t>(r) - ((flags & MSG_OOB) && r > 0 ? 1 : 0));
+        count_sent(static_cast<uint64_t>(r));
+        return r;
+    }
+    if (errno != EAGAIN || (flags & MSG_DONTWAIT) || nonblocking())
+        return -errno;
+    // Wait for room in the TCP send buffer (in slices, and woken by the switch: then the
+    // bytes go to the ring).
+    int w = wait(sh_.rd_fd(), POLLIN, POLLOUT, true, lk, dl);
+    return w < 0 ? w : kLookAgain;
+}
+
+ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
+{
+    // Declared before the lock, so it runs after the lock is released (the engine's lock
+    // comes before a connection's).
+    struct WatchAfter {
+        Conn *c = nullptr;
+        ~WatchAfter()
+        {
+            if (c != nullptr)
+                c->refresh_watch();
+        }
+    } watch_after;
+    sig::clear_last();  // a handler that runs from here on interrupts the call's waits
+    std::unique_lock<std::mutex> lk(mu_);
+    Deadline dl;
+    const size_t total = iov::total(msg);
+    size_t done = 0;
+    RingPath::Status &st = ring_.st;
+    for (;;) {
+        const Phase p = sw_.phase();
+        if (p == Phase::tcp) {
+            lk.unlock();
+            ssize_t r = RS_REAL(sendmsg)(fd, msg, flags);
+            return r < 0 ? -errno : r;
+        }
+        if (p != Phase::rdma) {  // before the switch: TCP, counted
+            const ssize_t r = send_presw_locked(lk, fd, msg, flags, dl);
+            if (r == kLookAgain)
+                continue;
+            return r;
+        }
+        poll_cq_locked();
+        if ((flags & MSG_OOB) && total > 0 && done == 0 && !st.broken() && !st.shut_wr && !st.peer_closed) {
+            // Urgent data goes on the TCP socket (the peer's kernel shows POLLPRI and
+            // keeps it for recv(MSG_OOB)); the bytes before the last are ordinary data.
+            lk.unlock();
+            return send_urgent(fd, msg, total, flags);
+        }
+        // (Also in a fork child, whose copy is otherwise dead: the TCP socket is shared.)
+        if (st.peer_closed && (link_.dead() || !st.broken()) && !st.shut_wr && done == 0) {
+            // The peer closed: as with the kernel's TCP, the bytes go to a socket nobody
+            // reads, and its kernel answers with an RST (then EPIPE and SIGPIPE here).
+            lk.unlock();
+            ssize_t r = RS_REAL(sendmsg)(fd, msg, flags);
+            int e = errno;
+            lk.lock();
+            if (r > 0)
+                count_sent(static_cast<uint64_t>(r));
+            return r < 0 ? -e : r;
+        }
+        if (st.broken() || st.shut_wr) {
+            if (done > 0)
+                return static_cast<ssize_t>(done);
+            if (!st.shut_wr && !st.reset_reported && st.reset) {
+                st.reset_reported = true;
+                return -ECONNRESET;
+            }
+            if (!(flags & MSG_NOSIGNAL))
+                raise(SIGPIPE);
+            return -EPIPE;
+        }
+        if (total == 0)
+            return 0;
+        if (ring_.can_send()) {
+            const uint64_t space = ring_.space();
+            size_t n = total - done < space ? total - done : static_cast<size_t>(space);
+            if (n > neg::kImmValueMask)
+                n = neg::kImmValueMask;
+            // Coalesce a small write while a signalled one is in flight.
+            const bool hold = n < RingPath::kCoalesceBelow && link_.signalled_in_flight();
+            ssize_t r = ring_.send(msg, done, n, hold);
+            if (hold && ring_.holding() && !coalescing_watched_.exchange(true))
+                watch_after.c = this;
+            if (r < 0)
+                return done > 0 ? static_cast<ssize_t>(done) : r;
+            done += static_cast<size_t>(r);
+            count_sent(static_cast<uint64_t>(r));
+            update_shadows_locked();
+            if (done == total || (flags & MSG_DONTWAIT) || nonblocking())
+                return static_cast<ssize_t>(done);
+            continue;
+        }
+        if ((flags & MSG_DONTWAIT) || nonblocking()) {
+            update_shadows_locked();
+            return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
+        }
+        update_shadows_locked();
+        ring_.flush();
+        int w = wait(sh_.wr_fd(), POLLOUT, 0, true, lk, dl);
+        if (w < 0)
+            return done > 0 ? static_cast<ssize_t>(done) : w;
+    }
+}
+
+ssize_t Conn::send_urgent(int fd, const msghdr *msg, size_t total, int flags) noexcept
+{
+    ssize_t head = 0;
+    if (total > 1) {
+        iovec iv[64];
+        msghdr m{};
+        m.msg_iov = iv;
+        size_t left = total - 1;
+        for (size_t i = 0; i < msg->msg_iovlen && left > 0 && m.msg_iovlen < 64; ++i) {
+            size_t n = msg->msg_iov[i].iov_len < left ? msg->msg_iov[i].iov_len : left;
+            if (n == 0)
+                continue;
+            iv[m.msg_iovlen++] = {msg->msg_iov[i].iov_base, n};
+            left -= n;
+        }
+        head = sendmsg(fd, &m, flags & ~MSG_OOB);
+        if (head < static_cast<ssize_t>(total - 1))
+            return head;
+    }
+    // The last byte of the message.
+    uint8_t last = 0;
+    size_t skip = total - 1;
+    for (size_t i = 0; i < msg->msg_iovlen; ++i) {
+        if (skip < msg->msg_iov[i].iov_len) {
+            last = static_cast<const uint8_t *>(msg->msg_iov[i].iov_base)[skip];
+            break;
+        }
+        skip -= msg->msg_iov[i].iov_len;
+    }
+    ssize_t r = RS_REAL(send)(fd, &last, 1, flags);
+    if (r < 0)
+        return head > 0 ? head : -errno;
+    std::lock_guard<std::mutex> lk(mu_);
+    count_sent(1);
+    return head + 1;
+}
+
+int Conn::shutdown(int fd, int how) noexcept
+{
+    std::unique_lock<std::mutex> lk(mu_);
+    if (side_ == Side::client && sw_.phase() == Phase::maybe)
+        decide_tcp_locked(Reason::closed_early);  // a switch could not send its CONFIRM
+    if (sw_.phase() != Phase::rdma) {
+        lk.unlock();
+        return RS_REAL(shutdown)(fd, how) < 0 ? -errno : 0;
+    }
+    if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
+        return -EINVAL;
+    RingPath::Status &st = ring_.st;
+    // Both FINs exchanged: the kernel's socket would be closed (TIME_WAIT or CLOSE).
+    if (st.fin_sent && st.peer_fin)
+        return -ENOTCONN;
+    if (how != SHUT_WR)
+        st.shut_rd = true;
+    if (how != SHUT_RD && !st.shut_wr) {
+        st.shut_wr = true;
+        ring_.flush();  // every byte before the FIN
+        if (!st.fin_sent && !st.broken() && ring_.post_ctrl(neg::Imm::fin, 0) == 0)
+            st.fin_sent = true;
+    }
+    update_shadows_locked();
+    return 0;
+}
+
+int Conn::bytes_readable() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    poll_cq_locked();
+    // The server's bytes from before its switch, still on the TCP socket, come first.
+    uint64_t n = ring_.avail() + tcp_prefix_bytes_locked();
+    return n > INT_MAX ? INT_MAX : static_cast<int>(n);
+}
+
+int Conn::bytes_unacked() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    poll_cq_locked();
+    uint64_t n = ring_.unacked();
+    return n > INT_MAX ? INT_MAX : static_cast<int>(n);
+}
+
+Counters Conn::counters(int fd) noexcept
+{
+    if (sw_.phase() == Phase::tcp)
+        return kernel_tcp().counters(fd);
+    std::lock_guard<std::mutex> lk(mu_);
+    return counters_;
+}
+
+}  // namespace rdmasock

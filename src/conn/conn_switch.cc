@@ -1,0 +1,273 @@
+// Conn: the switch from TCP to RDMA (the negotiation's side of the connection).
+#include "conn/rdma_conn.hh"
+
+#include <cerrno>
+#include <cstring>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "base/log.hh"
+#include "base/real.hh"
+#include "conn/windows.hh"
+#include "process/runtime.hh"
+#include "process/socket.hh"
+
+namespace rdmasock {
+
+namespace {
+
+int socket_rcvlowat(int fd) noexcept
+{
+    int v = 1;
+    socklen_t len = sizeof v;
+    int saved = errno;
+    if (RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &len) != 0)
+        v = 1;
+    errno = saved;
+    return v;
+}
+
+}  // namespace
+
+/* ---- negotiation --------------------------------------------------------------------- */
+
+Reason Conn::client_established() noexcept
+{
+    const int lowat = socket_rcvlowat(tcp_fd_);
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closed_ || sw_.phase() != Phase::maybe)
+        return Reason::not_connected;
+    // SWITCH(n): the server delivers n TCP bytes, then expects the CONFIRM.  Signalled:
+    // the CONFIRM goes into the TCP stream only once the SWITCH has reached the server,
+    // so a server that has not seen it (and gives up) never finds a CONFIRM in its
+    // stream.
+    if (sw_.tcp_sent() > neg::kImmValueMask) {
+        decide_tcp_locked(Reason::limit);
+        return Reason::limit;
+    }
+    link_.signal_next();
+    if (ring_.post_ctrl(neg::Imm::switch_at, static_cast<uint32_t>(sw_.tcp_sent())) != 0) {
+        decide_tcp_locked(Reason::resource);
+        return Reason::resource;
+    }
+    sw_.start_confirm(link_.posted());
+    enter_rdma_locked(Switchover::Event::client_switch, lowat);
+    RS_DEBUG("connection fd=%d: client switched to RDMA after %llu TCP bytes", tcp_fd_,
+             static_cast<unsigned long long>(sw_.tcp_sent()));
+    return Reason::none;
+}
+
+void Conn::client_failed(Reason why) noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (sw_.phase() != Phase::maybe)
+        return;
+    if (!closed_)
+        decide_tcp_locked(why);
+    else if (sw_.on(Switchover::Event::decide_tcp))  // the fd number may be reused: touch nothing through it
+        sw_.leave_pending();
+}
+
+bool Conn::begin_verify(const neg::Nonce &n) noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closed_ || sw_.phase() != Phase::maybe)
+        return false;
+    // From here on no TCP byte is delivered beyond what the SWITCH will name; a peer
+    // that never sends it (a third party that knew the 4-tuple) holds the stream only
+    // this long.
+    sw_.start_verify(n, Clock::now() + windows::switch_window());
+    // The progress thread takes the SWITCH in as it arrives and wakes whoever waits.
+    sw_.on(Switchover::Event::server_verify);
+    refresh_watch();
+    return true;
+}
+
+void Conn::server_established() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    sh_.wake();  // wake waiters: the SWITCH can now arrive
+}
+
+void Conn::abandon_rdma() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    Phase p = sw_.phase();
+    if (p == Phase::verifying && side_ == Side::server) {
+        // Whatever arrived before the end counts: a SWITCH that completed at the client
+        // may have a CONFIRM behind it in the TCP stream.
+        poll_cq_locked();
+        if (!sw_.switch_known()) {
+            sw_.on(Switchover::Event::server_unverify);
+            sh_.wake();
+            if (sw_.stop_verify_watch())
+                refresh_watch();
+        }
+    } else if (p == Phase::rdma && !ring_.st.peer_fin) {
+        ring_.st.reset = true;
+        update_shadows_locked(true);
+    }
+}
+
+void Conn::note_declined(Reason why) noexcept
+{
+    sw_.set_declined(why);
+    std::lock_guard<std::mutex> lk(mu_);
+    if (side_ == Side::server && sw_.phase() == Phase::maybe && !closed_)
+        decide_tcp_locked(why);
+}
+
+void Conn::note_late_request() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (side_ == Side::server && sw_.phase() == Phase::tcp && !closed_ && sock_ != nullptr &&
+        sock_->reason.load(std::memory_order_relaxed) == Reason::peer_no_rdmasock)
+        sock_->reason.store(Reason::timeout, std::memory_order_relaxed);
+}
+
+void Conn::note_closing() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (side_ != Side::server || sock_ == nullptr)
+        return;
+    // (A connection that moved no byte stays pending: nothing was decided about it.)
+    if (sw_.phase() == Phase::maybe && sw_.interested() && (sw_.tcp_read() > 0 || sw_.tcp_sent() > 0)) {
+        sock_->reason.store(undecided_reason(), std::memory_order_relaxed);
+    } else if (sw_.phase() == Phase::verifying) {
+        sock_->reason.store(Reason::closed_early, std::memory_order_relaxed);  // the switch never completed
+    }
+}
+
+/* ---- the switch ------------------------------------------------------------------------- */
+
+int Conn::presw_step_locked() noexcept
+{
+    const Phase p = sw_.phase();
+    if (p == Phase::maybe) {
+        // A server's connection that no RDMA request claimed in time is plain TCP.
+        if (side_ == Side::server && sw_.maybe_expired(Clock::now())) {
+            decide_tcp_locked(undecided_reason());
+            return -1;
+        }
+        return 0;
+    }
+    if (p != Phase::verifying)
+        return p == Phase::rdma ? 1 : -1;
+    poll_cq_locked();  // the SWITCH
+    if (sw_.phase() != Phase::verifying)
+        return sw_.phase() == Phase::rdma ? 1 : -1;
+    if (!sw_.switch_known())
+        return gate_expired_locked();
+    if (sw_.before_switch_offset())
+        return 0;
+    return try_confirm_locked();
+}
+
+int Conn::presw_gated() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (sw_.phase() == Phase::rdma || presw_step_locked() > 0)
+        return -1;
+    return sw_.phase() == Phase::verifying && sw_.tcp_limit() == 0 ? 1 : 0;
+}
+
+int Conn::gate_expired_locked() noexcept
+{
+    if (!sw_.gate_expired(Clock::now()))
+        return 0;
+    // No SWITCH in time.  The queue pair stops first (rdma_disconnect moves it to the
+    // error state), then the completion queue is read once more: a SWITCH that got in
+    // before is honoured, and none can get in (nor be acknowledged, so no CONFIRM can
+    // follow) after.  Giving up without that could race a SWITCH arriving this moment.
+    up_.release_rdma(*this);
+    poll_cq_locked();
+    if (sw_.switch_known()) {
+        // Its CONFIRM may follow (if the acknowledgement left before the stop): it must
+        // be taken out of the stream, but the queue pair is gone (try_confirm_locked).
+        sw_.note_qp_stopped();
+        return 0;
+    }
+    give_up_verify_locked(Reason::timeout);
+    return -1;
+}
+
+void Conn::give_up_verify_locked(Reason why) noexcept
+{
+    RS_DEBUG("connection fd=%d: no valid SWITCH/CONFIRM from the RDMA peer (%s): TCP", tcp_fd_,
+             reason_code(why));
+    decide_tcp_locked(why);
+}
+
+int Conn::try_confirm_locked() noexcept
+{
+    // Only a server looks for a CONFIRM, and only at the offset the client's SWITCH
+    // named: a client's inbound bytes are the server's own (a banner), never ours.
+    if (closed_ || side_ != Side::server || sw_.phase() != Phase::verifying || !sw_.at_switch_offset())
+        return 0;
+    const int t = sw_.take_confirm(tcp_fd_);
+    if (t == 0)
+        return 0;
+    if (t < 0) {
+        give_up_verify_locked(t == -2 && sw_.qp_stopped() ? Reason::timeout : Reason::bad_message);
+        return -1;
+    }
+    if (sw_.qp_stopped()) {
+        // The client switched, but this side had stopped the queue pair: the CONFIRM is
+        // out of the stream, and the connection cannot go on.
+        enter_rdma_broken_locked("the SWITCH came as the wait for it ended");
+        return 1;
+    }
+    if (sw_.tcp_sent() > neg::kImmValueMask ||
+        ring_.post_ctrl(neg::Imm::prefix, static_cast<uint32_t>(sw_.tcp_sent())) != 0) {
+        // Bytes went into the TCP stream and the client is committed to RDMA: nothing
+        // else can be done than reset this connection.
+        enter_rdma_broken_locked("cannot announce the TCP prefix");
+        return 1;
+    }
+    enter_rdma_locked(Switchover::Event::server_switch, socket_rcvlowat(tcp_fd_));
+    if (sw_.stop_verify_watch())
+        refresh_watch();
+    // No eventfd update here: it could drain the wake-up just written before the
+    // thread waiting for the switch has run.
+    RS_DEBUG("connection fd=%d: server switched to RDMA after %llu TCP bytes", tcp_fd_,
+             static_cast<unsigned long long>(sw_.tcp_sent()));
+    return 1;
+}
+
+void Conn::enter_rdma_locked(Switchover::Event e, int lowat) noexcept
+{
+    set_rcvlowat(lowat);
+    sw_.on(e);
+    sw_.leave_pending();
+    // Wake a poll/select sleeping on the pre-switch readiness (it starts over with the
+    // eventfds); the first update by a watcher drains it if not readable.
+    sh_.wake_set();
+    if (sock_ != nullptr)
+        sock_->reason.store(Reason::none, std::memory_order_relaxed);
+    rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
+    up_.switched_to_rdma(tcp_fd_, *this);
+}
+
+void Conn::enter_rdma_broken_locked(const char *why) noexcept
+{
+    sw_.on(Switchover::Event::server_switch);
+    fail(why);
+}
+
+void Conn::decide_tcp_locked(Reason why) noexcept
+{
+    sw_.on(Switchover::Event::decide_tcp);
+    if (sw_.stop_verify_watch())
+        refresh_watch();
+    sw_.leave_pending();
+    if (sock_ != nullptr) {
+        sock_->reason.store(why, std::memory_order_relaxed);
+        sock_->set_offloaded(false);
+    }
+    up_.decided_tcp(tcp_fd_);
+    if (link_.cm_id() != nullptr)
+        up_.release_rdma(*this);
+}
+
+}  // namespace rdmasock

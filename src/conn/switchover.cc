@@ -1,0 +1,136 @@
+#include "conn/switchover.hh"
+
+#include <cerrno>
+#include <sys/socket.h>
+
+#include "base/real.hh"
+#include "process/runtime.hh"
+
+namespace rdmasock {
+
+namespace {
+
+using Phase = Switchover::Phase;
+
+constexpr unsigned bit(Phase p) noexcept { return 1u << static_cast<unsigned>(p); }
+
+// The machine's edges, one per event (in Event's order): the phases it leaves, the one
+// it enters.
+struct Edge {
+    unsigned from;
+    Phase to;
+};
+constexpr Edge kEdges[] = {
+    {bit(Phase::maybe), Phase::rdma},                           // client_switch
+    {bit(Phase::maybe), Phase::verifying},                      // server_verify
+    {bit(Phase::verifying), Phase::maybe},                      // server_unverify
+    {bit(Phase::verifying), Phase::rdma},                       // server_switch
+    {bit(Phase::maybe) | bit(Phase::verifying), Phase::tcp},    // decide_tcp
+};
+static_assert(sizeof kEdges / sizeof kEdges[0] == static_cast<unsigned>(Switchover::Event::decide_tcp) + 1,
+              "one edge per event");
+
+}  // namespace
+
+bool Switchover::on(Event e) noexcept
+{
+    const Edge &edge = kEdges[static_cast<unsigned>(e)];
+    if (!(edge.from & bit(phase())))
+        return false;
+    phase_.store(edge.to, std::memory_order_release);
+    if (edge.to == Phase::verifying)
+        verify_watch_.store(true);  // the progress thread takes the SWITCH in as it arrives
+    return true;
+}
+
+void Switchover::enter_pending() noexcept
+{
+    const Phase p = phase();
+    if (!pending_counted_ && p != Phase::rdma && p != Phase::tcp) {
+        pending_counted_ = true;
+        rt::g_pending.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
+void Switchover::leave_pending() noexcept
+{
+    if (pending_counted_) {
+        pending_counted_ = false;
+        rt::g_pending.fetch_sub(1, std::memory_order_relaxed);
+    }
+}
+
+uint64_t Switchover::tcp_limit() const noexcept
+{
+    const Phase p = phase();
+    if (p == Phase::maybe)
+        return UINT64_MAX;
+    if (p == Phase::verifying && switch_known_)
+        return switch_at_ - tcp_read_;
+    return 0;
+}
+
+bool Switchover::accept_prefix(uint32_t v) noexcept
+{
+    if (prefix_known_ || v < tcp_read_)
+        return false;
+    prefix_known_ = true;
+    prefix_left_ = v - tcp_read_;
+    return true;
+}
+
+int Switchover::write_confirm(int fd) noexcept
+{
+    uint8_t c[neg::kConfirmSize];
+    neg::encode_confirm(nonce_, c);
+    while (confirm_done_ < sizeof c) {
+        ssize_t w = RS_REAL(send)(fd, c + confirm_done_, sizeof c - confirm_done_, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            confirm_done_ += static_cast<unsigned>(w);
+            continue;
+        }
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (w < 0 && errno == EINTR)
+            continue;
+        return -1;
+    }
+    return 1;
+}
+
+void Switchover::start_verify(const neg::Nonce &n, Clock::time_point gate_deadline) noexcept
+{
+    nonce_ = n;
+    switch_known_ = false;
+    gate_deadline_ = gate_deadline;
+}
+
+bool Switchover::accept_switch(uint32_t v) noexcept
+{
+    // Only a server that is verifying expects it, once, and never behind what it has
+    // already delivered from the TCP stream.
+    if (phase() != Phase::verifying || switch_known_ || v < tcp_read_)
+        return false;
+    switch_known_ = true;
+    switch_at_ = v;
+    return true;
+}
+
+int Switchover::take_confirm(int fd) noexcept
+{
+    uint8_t buf[neg::kConfirmSize];
+    ssize_t n = RS_REAL(recv)(fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;  // the bytes at the SWITCH's offset decide, whenever they come
+    if (n <= 0)
+        return -1;
+    auto m = neg::match_confirm(buf, static_cast<size_t>(n), &nonce_);
+    if (m == neg::ConfirmMatch::no)
+        return -2;
+    if (m == neg::ConfirmMatch::partial)
+        return 0;
+    n = RS_REAL(recv)(fd, buf, sizeof buf, MSG_DONTWAIT);
+    return n == static_cast<ssize_t>(sizeof buf) ? 1 : -1;
+}
+
+}  // namespace rdmasock

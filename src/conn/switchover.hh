@@ -1,0 +1,169 @@
+// The switch of one connection from TCP to RDMA (docs/protocol.md): its phase and
+// everything the negotiation counts and waits for on the TCP stream (bytes before the
+// switch, the client's SWITCH offset and CONFIRM, the server's PREFIX), as a state
+// machine whose transition function, on(), is the only writer of the phase.
+//
+//   maybe      undecided: bytes move on the TCP socket, counted (client: negotiating in
+//              the background; server: accepted, no RDMA request bound yet)
+//   verifying  server: RDMA connection accepted; TCP bytes are delivered up to the
+//              offset the client's SWITCH names, where its CONFIRM must stand
+//   rdma       both: bytes move through the rings
+//   tcp        decided: plain TCP
+//
+// No verbs and no rings here; the TCP socket is only read or written for the CONFIRM.
+// Thread safety: the connection's lock guards it; the atomics are also read without it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#include "base/reason.hh"
+#include "wire/negotiate.hh"
+
+namespace rdmasock {
+
+class Switchover {
+public:
+    using Clock = std::chrono::steady_clock;
+    enum class Phase : uint8_t { maybe, verifying, rdma, tcp };
+    enum class Event : uint8_t {
+        client_switch,    // maybe -> rdma: the client posted its SWITCH
+        server_verify,    // maybe -> verifying: an accepted RDMA request is bound to it
+        server_unverify,  // verifying -> maybe: the RDMA side went before any SWITCH
+        server_switch,    // verifying -> rdma: the CONFIRM was taken (or the client is
+                          // committed and the connection can only be reset)
+        decide_tcp,       // maybe, verifying -> tcp
+    };
+
+    Phase phase() const noexcept { return phase_.load(std::memory_order_acquire); }
+    // The transition function: the only writer of the phase.  False, changing nothing,
+    // for a transition the machine does not have.
+    bool on(Event e) noexcept;
+
+    // The process's count of deciding sockets (rt::g_pending: the wait primitives take
+    // the mixed path while it is not zero): entered while maybe or verifying, left at
+    // the switch, the decision for TCP or the close.
+    void enter_pending() noexcept;
+    void leave_pending() noexcept;
+    // In a fork child: this copy's count is not the child's to give back.
+    void forget_pending() noexcept { pending_counted_ = false; }
+
+    const neg::Nonce &nonce() const noexcept { return nonce_; }
+    void set_nonce(const neg::Nonce &n) noexcept { nonce_ = n; }
+
+    // --- TCP bytes before the switch ---
+    uint64_t tcp_sent() const noexcept { return tcp_sent_; }
+    uint64_t tcp_read() const noexcept { return tcp_read_; }
+    void sent_on_tcp(uint64_t n) noexcept { tcp_sent_ += n; }
+    // The program took `n` bytes from the TCP socket: counted before the server's PREFIX
+    // (client) or SWITCH (server), or out of the PREFIX once it is known.
+    void took_from_tcp(uint64_t n) noexcept
+    {
+        if (prefix_known_)
+            prefix_left_ -= n;
+        else
+            tcp_read_ += n;
+    }
+    // How many TCP bytes may be delivered to the program now: all of them while maybe;
+    // while verifying, up to the SWITCH's offset (none before the SWITCH is known).
+    uint64_t tcp_limit() const noexcept;
+
+    // --- client: the server's PREFIX (its TCP bytes before its switch) ---
+    // Every byte the PREFIX announced has been read (then the ring's bytes follow).
+    bool prefix_done() const noexcept { return prefix_known_ && prefix_left_ == 0; }
+    bool prefix_known() const noexcept { return prefix_known_; }
+    uint64_t prefix_left() const noexcept { return prefix_left_; }
+    // `want` capped at what the PREFIX still announces, once known.
+    uint64_t prefix_cap(uint64_t want) const noexcept
+    {
+        return prefix_known_ && want > prefix_left_ ? prefix_left_ : want;
+    }
+    // PREFIX(v) came: false when it cannot be (a second one, or behind what was read).
+    bool accept_prefix(uint32_t v) noexcept;
+
+    // --- client: the SWITCH and the CONFIRM behind it ---
+    // The SWITCH was posted as work request `wr`: the CONFIRM follows once it completed.
+    void start_confirm(uint64_t wr) noexcept
+    {
+        switch_wr_ = wr;
+        confirm_pending_.store(true);
+    }
+    bool confirm_pending() const noexcept { return confirm_pending_.load(std::memory_order_relaxed); }
+    void end_confirm() noexcept { confirm_pending_.store(false); }
+    bool switch_completed(uint64_t completed) const noexcept { return completed >= switch_wr_; }
+    // Write (the rest of) the CONFIRM into the TCP stream: 1 whole, 0 the send buffer
+    // is full (write the rest when it drains), -1 failed.
+    int write_confirm(int fd) noexcept;
+    // Whether the progress thread watches the TCP socket's POLLOUT for the CONFIRM.
+    bool confirm_out_watched() const noexcept { return confirm_out_watch_; }
+    void set_confirm_out_watch(bool on) noexcept { confirm_out_watch_ = on; }
+
+    // --- server: the client's SWITCH and CONFIRM ---
+    // Bound to an accepted request: from now on no TCP byte goes beyond what the SWITCH
+    // will name, until switch_window() passes without it.
+    void start_verify(const neg::Nonce &n, Clock::time_point gate_deadline) noexcept;
+    bool switch_known() const noexcept { return switch_known_; }
+    // SWITCH(v) came: false when it cannot be (not verifying, a second one, or behind
+    // what was delivered).
+    bool accept_switch(uint32_t v) noexcept;
+    // The TCP bytes delivered stand at the SWITCH's offset (where the CONFIRM is), or
+    // some are still to deliver before it.
+    bool at_switch_offset() const noexcept { return switch_known_ && tcp_read_ == switch_at_; }
+    bool before_switch_offset() const noexcept { return switch_known_ && tcp_read_ < switch_at_; }
+    bool gate_expired(Clock::time_point now) const noexcept { return now > gate_deadline_; }
+    // The wait for the SWITCH timed out and stopped the queue pair, and a SWITCH was
+    // found after all.
+    void note_qp_stopped() noexcept { qp_stopped_ = true; }
+    bool qp_stopped() const noexcept { return qp_stopped_; }
+    // Look for the CONFIRM at the SWITCH's offset: 1 taken out of the stream, 0 not
+    // (all) there yet, -2 something else stands there, -1 the stream ended or failed.
+    int take_confirm(int fd) noexcept;
+    // Whether the progress thread takes the SWITCH in as it arrives (while verifying).
+    bool verify_watched() const noexcept { return verify_watch_.load(); }
+    // Stop that; true when it was on.
+    bool stop_verify_watch() noexcept { return verify_watch_.exchange(false); }
+
+    // --- server: before any RDMA request ---
+    // A connection still maybe at this time is plain TCP.
+    void set_maybe_deadline(Clock::time_point t) noexcept { maybe_deadline_ = t; }
+    bool maybe_expired(Clock::time_point now) const noexcept
+    {
+        return maybe_deadline_.time_since_epoch().count() != 0 && now > maybe_deadline_;
+    }
+    // This process declined the client's request for `why` (memlock, resources).
+    void set_declined(Reason why) noexcept { declined_.store(why, std::memory_order_relaxed); }
+    // Why a socket no RDMA request bound is on TCP.
+    Reason undecided_reason() const noexcept
+    {
+        const Reason d = declined_.load(std::memory_order_relaxed);
+        return d != Reason::none ? d : Reason::peer_no_rdmasock;
+    }
+    // The program reads or waits for input (a parked request may now be accepted):
+    // true the first time.
+    bool note_interest() noexcept { return !interested_.exchange(true, std::memory_order_acq_rel); }
+    bool interested() const noexcept { return interested_.load(std::memory_order_acquire); }
+
+private:
+    std::atomic<Phase> phase_{Phase::maybe};
+    bool pending_counted_ = false;
+    neg::Nonce nonce_{};
+    uint64_t tcp_sent_ = 0;      // bytes sent on TCP before the switch
+    uint64_t tcp_read_ = 0;      // TCP bytes read before the peer's PREFIX / SWITCH
+    bool prefix_known_ = false;  // client: PREFIX received
+    uint64_t prefix_left_ = 0;   // client: TCP bytes still to read before the ring
+    uint64_t switch_wr_ = 0;     // client: the SWITCH's work request
+    std::atomic<bool> confirm_pending_{false};  // client: the CONFIRM is still to write
+    unsigned confirm_done_ = 0;
+    bool confirm_out_watch_ = false;
+    bool switch_known_ = false;  // server: the client's SWITCH came
+    bool qp_stopped_ = false;
+    uint64_t switch_at_ = 0;
+    Clock::time_point gate_deadline_{};  // server, verifying: give up without a SWITCH
+    Clock::time_point maybe_deadline_{};
+    std::atomic<bool> verify_watch_{false};
+    std::atomic<Reason> declined_{Reason::none};
+    std::atomic<bool> interested_{false};
+};
+
+}  // namespace rdmasock

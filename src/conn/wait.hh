@@ -1,0 +1,65 @@
+// How a call on a connection waits, in three generic steps a connection's wait puts
+// together (as rsocket's one wait over a predicate does): a bounded busy-poll spin over
+// a readiness predicate, the socket's timeout as a deadline for the whole call, and a
+// sleep in poll() that ends on a signal as the kernel's blocking calls do.  No
+// connection state here.
+#pragma once
+
+#include <chrono>
+#include <climits>
+#include <mutex>
+#include <poll.h>
+
+namespace rdmasock::waits {
+
+using Clock = std::chrono::steady_clock;
+
+// One call's deadline: SO_RCVTIMEO/SO_SNDTIMEO counted from the call's first wait, as
+// the kernel counts it, however many times the call waits.
+struct Deadline {
+    bool set = false;
+    Clock::time_point at{};
+};
+
+// Spin (busy-poll mode): `ready()` with `lk` held, again and again, for `budget_us`
+// microseconds; `lk` is released between two.  True as soon as it returns true.  The
+// clock is read once in 16 polls, the first time after 16 (where it is no vDSO read,
+// e.g. an HPET clock source, each read is a system call that would delay seeing the
+// data; the spin is longer than the budget by those 16 polls); *from is that first
+// reading (the epoch when the spin ended before it).
+template <class Ready>
+bool spin(std::unique_lock<std::mutex> &lk, long budget_us, Ready ready, Clock::time_point *from) noexcept
+{
+    Clock::time_point end{};
+    for (unsigned i = 1;; ++i) {
+        if (ready())
+            return true;
+        lk.unlock();
+        __builtin_ia32_pause();
+        lk.lock();
+        if (i % 16 == 0) {
+            const auto now = Clock::now();
+            if (i == 16) {
+                *from = now;
+                end = now + std::chrono::microseconds(budget_us);
+            } else if (now >= end) {
+                return false;
+            }
+        }
+    }
+}
+
+// The time the call may still sleep, in ms, from socket `fd`'s SO_SNDTIMEO (for_send)
+// or SO_RCVTIMEO: -1 no limit; -EAGAIN the deadline has passed.  The deadline is set
+// at the first wait, from `from` (a spin's start) when set, else from now.
+// *has_timeout: the socket has a timeout.
+int sleep_limit(int fd, bool for_send, Deadline &dl, Clock::time_point from, bool *has_timeout) noexcept;
+
+// Sleep in poll() on `fds` for up to `tmo` ms (-1: no limit) with `lk` released.  A
+// signal handler that has run since the call began (sig::last) or that interrupts the
+// poll ends the sleep as the kernel's would end the call: kRestart (SA_RESTART, and no
+// socket timeout) or -EINTR.  Otherwise poll()'s count (0: timed out) or -errno.
+constexpr int kRestart = INT_MIN;
+int sleep(std::unique_lock<std::mutex> &lk, pollfd *fds, nfds_t n, int tmo, bool has_timeout) noexcept;
+
+}  // namespace rdmasock::waits
