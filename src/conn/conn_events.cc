@@ -2,17 +2,12 @@
 // readiness.
 #include "conn/rdma_conn.hh"
 
-#include <cerrno>
-#include <cstring>
 #include <poll.h>
 #include <sys/ioctl.h>
-#include <unistd.h>
 
 #include "base/log.hh"
 #include "base/real.hh"
-#include "conn/windows.hh"
 #include "process/runtime.hh"
-#include "process/socket.hh"
 
 namespace rdmasock {
 

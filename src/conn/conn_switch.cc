@@ -2,10 +2,6 @@
 #include "conn/rdma_conn.hh"
 
 #include <cerrno>
-#include <cstring>
-#include <poll.h>
-#include <sys/ioctl.h>
-#include <unistd.h>
 
 #include "base/log.hh"
 #include "base/real.hh"

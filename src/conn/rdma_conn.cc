@@ -2,15 +2,10 @@
 // readiness in conn_events.cc, the program's calls in conn_io.cc.
 #include "conn/rdma_conn.hh"
 
-#include <cerrno>
-#include <cstring>
 #include <poll.h>
-#include <sys/ioctl.h>
-#include <unistd.h>
 
 #include "base/log.hh"
 #include "base/real.hh"
-#include "conn/windows.hh"
 #include "process/runtime.hh"
 #include "process/socket.hh"
 
