@@ -363,13 +363,24 @@ int socketpair(int domain, int type, int protocol, int sv[2]) noexcept
     return RS_REAL(socketpair)(domain, type, protocol, sv);
 }
 
+namespace {
+// The offload rules keep listening socket `fd` (its bound address and port) on TCP.
+bool excluded_listener(int fd) noexcept
+{
+    sockaddr_storage a{};
+    socklen_t al = sizeof a;
+    return RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&a), &al) == 0 &&
+           rt::excluded(rules::server, reinterpret_cast<sockaddr *>(&a));
+}
+}  // namespace
+
 int listen(int fd, int backlog) noexcept
 {
     // The RDMA listener must be ready before the TCP listener: a client that connects
     // at once must find it, or it concludes (and caches) that we do not run rdmasock.
     SocketRef s = fdt::get(fd);
     bool early = false;
-    if (s && !s->listener) {
+    if (s && !s->listener && !s->rule_tcp) {
         ErrnoGuard g;
         sockaddr_storage a{};
         socklen_t al = sizeof a;
@@ -377,8 +388,11 @@ int listen(int fd, int backlog) noexcept
                      ((a.ss_family == AF_INET && reinterpret_cast<sockaddr_in *>(&a)->sin_port) ||
                       (a.ss_family == AF_INET6 && reinterpret_cast<sockaddr_in6 *>(&a)->sin6_port));
         if (bound) {  // else the kernel picks the port in listen(): afterwards
-            offload::on_listen(fd, *s);
-            early = true;
+            s->rule_tcp = excluded_listener(fd);
+            if (!s->rule_tcp) {
+                offload::on_listen(fd, *s);
+                early = true;
+            }
         }
     }
     int r = RS_REAL(listen)(fd, backlog);
@@ -392,7 +406,7 @@ int listen(int fd, int backlog) noexcept
         return r;
     }
     s->role = Role::listener;
-    if (!s->listener)
+    if (!s->listener && !s->rule_tcp && !(s->rule_tcp = excluded_listener(fd)))
         offload::on_listen(fd, *s);
     return r;
 }
@@ -412,7 +426,9 @@ int accepted(int lfd, int fd) noexcept
     socklen_t len = sizeof s->peer;
     s->has_peer = RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&s->peer), &len) == 0;
     s->reason.store(rt::default_reason(), std::memory_order_relaxed);
-    if (s->has_peer)
+    if (ls->rule_tcp && rt::default_reason() != Reason::disabled)
+        s->reason.store(Reason::rule, std::memory_order_relaxed);
+    else if (s->has_peer)
         offload::on_accept(*ls, fd, *s);
     return fd;
 }
@@ -446,9 +462,12 @@ int connect(int fd, const sockaddr *addr, socklen_t len) noexcept
     size_t n = len < sizeof s->peer ? len : sizeof s->peer;
     memcpy(&s->peer, addr, n);
     s->has_peer = true;
-    s->reason.store(rt::default_reason(), std::memory_order_relaxed);
-    if (rt::default_reason() != Reason::pending)
-        return r;  // no device, or disabled: nothing to negotiate
+    Reason base = rt::default_reason();
+    if (base != Reason::disabled && rt::excluded(rules::client, addr))
+        base = Reason::rule;
+    s->reason.store(base, std::memory_order_relaxed);
+    if (base != Reason::pending)
+        return r;  // no device, disabled, or a rule: nothing to negotiate
     if (!rt::config().connect_wait) {
         // The default: connect() is the kernel's; RDMA is negotiated in the background
         // while the program uses the TCP connection (its bytes are counted), and the

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <netinet/in.h>
 #include <string>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "base/log.hh"
 #include "base/reason.hh"
 #include "config/config.hh"
+#include "config/rules.hh"
 
 #ifndef RDMASOCK_LIBDIR
 #define RDMASOCK_LIBDIR "/usr/lib/rdmasock"
@@ -38,6 +40,7 @@ void usage(FILE *out)
 {
     fprintf(out,
             "Usage: rdmasock [OPTIONS] PROGRAM [ARGS...]\n"
+            "       rdmasock rules test PROGRAM client|server ADDRESS:PORT\n"
             "Run PROGRAM with librdmasock.so preloaded: its TCP connections to peers that also\n"
             "run rdmasock move onto RDMA; everything else stays kernel TCP.\n"
             "\n"
@@ -51,6 +54,10 @@ void usage(FILE *out)
             "      --print-lib        print the library path that would be preloaded, and exit\n"
             "  -h, --help             show this help and exit\n"
             "  -V, --version          show the version and exit\n"
+            "\n"
+            "rules test: which line of the offload rules (rdmasock.conf(5)) decides a connection\n"
+            "of PROGRAM in that role whose server end is ADDRESS:PORT; exit status 0 when it may\n"
+            "go over RDMA, 1 when it stays on TCP.  (To run a program named rules: rdmasock -- rules.)\n"
             "\n"
             "Environment (each option above sets one of these; they can also be set directly):\n");
     unsigned n = 0;
@@ -113,6 +120,44 @@ std::string find_lib()
     return std::string(RDMASOCK_LIBDIR) + "/" + kLibName;
 }
 
+void rules_warn(const char *line, void *) { fprintf(stderr, "rdmasock: %s\n", line); }
+
+// rdmasock rules test PROGRAM ROLE ADDRESS:PORT: the rule that decides such a connection.
+// Exit 0: RDMA may be used, 1: kept on TCP, 2: usage.
+int rules_command(int argc, char **argv)
+{
+    if (argc != 5 || strcmp(argv[1], "test") != 0) {
+        fprintf(stderr, "Usage: rdmasock rules test PROGRAM client|server ADDRESS:PORT\n"
+                        "  (ADDRESS:PORT is the server end: [IPv6]:PORT for IPv6; the rules file is\n"
+                        "  RDMASOCK_RULES_FILE, else %s)\n",
+                rdmasock::rules::kDefaultPath);
+        return 2;
+    }
+    rdmasock::rules::Side side;
+    if (!strcmp(argv[3], "client")) {
+        side = rdmasock::rules::client;
+    } else if (!strcmp(argv[3], "server")) {
+        side = rdmasock::rules::server;
+    } else {
+        fprintf(stderr, "rdmasock: rules test: the role is client or server, not '%s'\n", argv[3]);
+        return 2;
+    }
+    sockaddr_storage ss{};
+    if (!rdmasock::rules::parse_endpoint(argv[4], &ss)) {
+        fprintf(stderr, "rdmasock: rules test: '%s' is not ADDRESS:PORT or [IPv6]:PORT\n", argv[4]);
+        return 2;
+    }
+    rdmasock::rules::File f = rdmasock::rules::load(getenv("RDMASOCK_RULES_FILE"), rules_warn, nullptr);
+    const rdmasock::rules::Rule *r =
+        rdmasock::rules::match(f, argv[2], side, reinterpret_cast<const sockaddr *>(&ss));
+    if (r == nullptr) {
+        printf("rdma: no rule in %s matches\n", f.path.c_str());
+        return 0;
+    }
+    printf("%s: %s:%u: %s\n", r->rdma ? "rdma" : "tcp", f.path.c_str(), r->line, r->text.c_str());
+    return r->rdma ? 0 : 1;
+}
+
 bool need_arg(int i, int argc, const char *opt)
 {
     if (i + 1 < argc)
@@ -125,6 +170,8 @@ bool need_arg(int i, int argc, const char *opt)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "rules"))
+        return rules_command(argc - 1, argv + 1);
     std::string lib;
     int i = 1;
     for (; i < argc; ++i) {

@@ -30,11 +30,29 @@ Config &the_config() noexcept
 Reason g_default_reason = Reason::pending;
 thread_local bool t_starting = false;
 
-const char *env_get(const char *name, void *) { return secure_getenv(name); }
+// Never destroyed, as the configuration.
+rules::File &the_rules() noexcept
+{
+    static auto *r = new rules::File();
+    return *r;
+}
+
+// A tunable: from the environment, else the rules file's last NAME=VALUE line.
+const char *env_get(const char *name, void *)
+{
+    if (const char *v = secure_getenv(name))
+        return v;
+    const char *v = nullptr;
+    for (const rules::Setting &s : the_rules().settings)
+        if (s.name == name)
+            v = s.value.c_str();
+    return v;
+}
 void env_warn(const char *line, void *) { log::write(log::kWarn, "%s", line); }
 
 void start() noexcept
 {
+    the_rules() = rules::load(secure_getenv("RDMASOCK_RULES_FILE"), env_warn, nullptr);
     the_config() = load_config(env_get, nullptr, env_warn, nullptr);
     log::configure(static_cast<int>(the_config().log_level), the_config().log_file.c_str());
     if (!the_config().enable) {
@@ -91,6 +109,20 @@ bool ensure_started() noexcept
 }
 
 const Config &config() noexcept { return the_config(); }
+
+bool excluded(rules::Side side, const sockaddr *server_addr) noexcept
+{
+    const rules::File &f = the_rules();
+    if (f.rules.empty())
+        return false;
+    const rules::Rule *r = rules::match(f, program_invocation_short_name, side, server_addr);
+    if (r == nullptr || r->rdma)
+        return false;
+    RS_DEBUG("%s:%u keeps this connection on TCP: %s", f.path.c_str(), r->line, r->text.c_str());
+    return true;
+}
+
+const rules::File &rules_file() noexcept { return the_rules(); }
 
 Reason default_reason() noexcept { return g_default_reason; }
 

@@ -9,6 +9,7 @@
 
 #include "base/reason.hh"
 #include "config/config.hh"
+#include "config/rules.hh"
 
 namespace rdmasock::rt {
 
@@ -29,6 +30,11 @@ const Config &config() noexcept;
 // Why a new connection is not on RDMA before any negotiation: no_device, disabled, or
 // pending when an RDMA device is present (the connection may still be offloaded).
 Reason default_reason() noexcept;
+// The offload rules (rdmasock.conf(5)) keep a connection of this program on `side`,
+// whose server end is `server_addr`, on kernel TCP.  False while no rule is loaded.
+bool excluded(rules::Side side, const sockaddr *server_addr) noexcept;
+// The rules file read at start ("" when none), and its rules (the rules tester).
+const rules::File &rules_file() noexcept;
 // In a fork child of a process whose engine had started: no new connection is offloaded
 // (librdmacm keeps the parent's device contexts, whose use the kernel refuses the child:
 // posting on them fails with EACCES), reason forked_child.

@@ -65,6 +65,7 @@ public:
     Transport *transport = nullptr;  // null: kernel TCP (the default transport)
     std::shared_ptr<void> listener;  // the RDMA listener of a listening socket
     pid_t listener_pid = 0;          // the process that opened it
+    bool rule_tcp = false;           // a listener the offload rules keep on TCP
     uint64_t id = 0;                 // process-unique connection id
 
     // The program's calls inside the transport (the receive and send families), plus

@@ -1,4 +1,5 @@
-# Fuzzing the decoders of peer input (src/core/negotiate.*): see tests/fuzz/README.md.
+# Fuzzing the decoders of peer input (src/wire/negotiate.*) and the offload rules parser
+# (src/config/rules.*): see tests/fuzz/README.md.
 #
 # `make check` builds the targets with $(CXX) in replay mode (tests/fuzz/fuzz_replay) and
 # runs every file of tests/fuzz/corpus/<target>/ through them.
@@ -7,7 +8,7 @@
 # runs one.  New inputs go to tests/fuzz/work/<target>/ (the committed seed corpus is
 # only read), crash inputs to tests/fuzz/artifacts/.  Needs clang and libclang-rt-14-dev.
 
-FUZZ_TARGETS = hello accept decline confirm roundtrip
+FUZZ_TARGETS = hello accept decline confirm roundtrip rules
 
 # --- replay mode: part of every `make check` ---------------------------------------------
 check_PROGRAMS += tests/fuzz/fuzz_replay
@@ -15,8 +16,8 @@ TESTS += tests/fuzz/fuzz_replay
 tests_fuzz_fuzz_replay_SOURCES = tests/fuzz/replay_main.cc tests/fuzz/seeds.cc \
 	tests/fuzz/seeds.hh tests/fuzz/fuzz.hh \
 	tests/fuzz/fuzz_hello.cc tests/fuzz/fuzz_accept.cc tests/fuzz/fuzz_decline.cc \
-	tests/fuzz/fuzz_confirm.cc tests/fuzz/fuzz_roundtrip.cc \
-	src/wire/negotiate.cc src/base/reason.cc
+	tests/fuzz/fuzz_confirm.cc tests/fuzz/fuzz_roundtrip.cc tests/fuzz/fuzz_rules.cc \
+	src/wire/negotiate.cc src/base/reason.cc src/config/rules.cc src/config/config.cc
 tests_fuzz_fuzz_replay_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DRS_FUZZ_CORPUS='"$(abs_top_srcdir)/tests/fuzz/corpus"'
 
@@ -64,7 +65,12 @@ FUZZ_CORPUS = \
 	tests/fuzz/corpus/roundtrip/valid-pattern \
 	tests/fuzz/corpus/roundtrip/valid-padded \
 	tests/fuzz/corpus/roundtrip/zeros \
-	tests/fuzz/corpus/roundtrip/short
+	tests/fuzz/corpus/roundtrip/short \
+	tests/fuzz/corpus/rules/valid \
+	tests/fuzz/corpus/rules/bad-lines \
+	tests/fuzz/corpus/rules/ipv6 \
+	tests/fuzz/corpus/rules/endpoint \
+	tests/fuzz/corpus/rules/empty
 EXTRA_DIST += tests/fuzz/README.md $(FUZZ_CORPUS)
 
 # Rewrites the generated seeds in the source tree (other files there are kept).
@@ -82,8 +88,10 @@ FUZZ_CPPFLAGS = -D_GNU_SOURCE -I$(top_srcdir)/src -DRS_FUZZ_LIBFUZZER
 FUZZ_CXXFLAGS = -std=c++17 -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all -Wall -Wextra
 FUZZ_BIN = tests/fuzz/bin
 FUZZ_CORE_DEPS = $(top_srcdir)/src/wire/negotiate.hh $(top_srcdir)/src/base/reason.hh \
-	$(top_srcdir)/src/base/reason.def
-FUZZ_OBJS = $(FUZZ_BIN)/negotiate.o $(FUZZ_BIN)/reason.o
+	$(top_srcdir)/src/base/reason.def $(top_srcdir)/src/config/rules.hh $(top_srcdir)/src/config/config.hh
+FUZZ_SRCS = $(top_srcdir)/src/wire/negotiate.cc $(top_srcdir)/src/base/reason.cc \
+	$(top_srcdir)/src/config/rules.cc $(top_srcdir)/src/config/config.cc
+FUZZ_OBJS = $(patsubst %.cc,$(FUZZ_BIN)/%.o,$(notdir $(FUZZ_SRCS)))
 FUZZ_PROGS = $(FUZZ_TARGETS:%=$(FUZZ_BIN)/fuzz_%)
 FUZZ_RUNS = $(FUZZ_TARGETS:%=check-fuzz-%)
 
@@ -104,13 +112,11 @@ fuzz-toolchain:
 	  exit 1; }
 	@rm -f $(FUZZ_BIN)/probe $(FUZZ_BIN)/probe.cc $(FUZZ_BIN)/probe.log
 
-$(FUZZ_BIN)/negotiate.o: $(top_srcdir)/src/wire/negotiate.cc $(FUZZ_CORE_DEPS) | fuzz-toolchain
+# The code under test, each file compiled once for every target (GNU make: the object's
+# name is its source's file name; any source changed rebuilds them all).
+$(FUZZ_OBJS): $(FUZZ_BIN)/%.o: $(FUZZ_SRCS) $(FUZZ_CORE_DEPS) | fuzz-toolchain
 	$(AM_V_CXX)$(FUZZ_CXX) $(FUZZ_CPPFLAGS) $(FUZZ_CXXFLAGS) \
-	  -fsanitize=fuzzer-no-link,$(FUZZ_SANITIZE) -c -o $@ $(top_srcdir)/src/wire/negotiate.cc
-
-$(FUZZ_BIN)/reason.o: $(top_srcdir)/src/base/reason.cc $(FUZZ_CORE_DEPS) | fuzz-toolchain
-	$(AM_V_CXX)$(FUZZ_CXX) $(FUZZ_CPPFLAGS) $(FUZZ_CXXFLAGS) \
-	  -fsanitize=fuzzer-no-link,$(FUZZ_SANITIZE) -c -o $@ $(top_srcdir)/src/base/reason.cc
+	  -fsanitize=fuzzer-no-link,$(FUZZ_SANITIZE) -c -o $@ $(filter %/$*.cc,$(FUZZ_SRCS))
 
 $(FUZZ_PROGS): $(FUZZ_BIN)/fuzz_%: $(top_srcdir)/tests/fuzz/fuzz_%.cc \
 		$(top_srcdir)/tests/fuzz/fuzz.hh $(FUZZ_CORE_DEPS) $(FUZZ_OBJS) | fuzz-toolchain
