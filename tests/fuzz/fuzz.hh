@@ -1,4 +1,5 @@
-// Fuzz targets for the decoders of peer input (src/core/negotiate.*).
+// Fuzz targets for the decoders of peer input (src/wire/negotiate.*) and the offload rules
+// parser (src/config/rules.*).
 //
 // Each fuzz_<name>.cc defines one target with FUZZ_TARGET(name).  Built two ways:
 //  * with -DRS_FUZZ_LIBFUZZER (clang++ -fsanitize=fuzzer,address,undefined, `make

@@ -1,36 +1,51 @@
-// What the Boost.Test drivers of the VM suites share (offload_tests, hostile_tests):
-// the device check and the per-case summary whose last line is "N passed, N failed".
+// What the Boost.Test drivers of the VM suites share (offload_tests, hostile_tests): the
+// configuration both read from the environment, their work directories, case
+// registration, and the per-case summary whose last line is "N passed, N failed".
+// The processes, files and the device check are tests/common's.
+// A driver includes this first: it has its own main (the device check comes before
+// Boost.Test) and links Boost.Test dynamically.
 #pragma once
+#ifndef BOOST_TEST_DYN_LINK
+#define BOOST_TEST_DYN_LINK
+#endif
+#define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
 
 #include <cstdio>
-#include <infiniband/verbs.h>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "tests/common/files.hh"
+#include "tests/common/proc.hh"
+
 namespace offload {
 
-// An RDMA device with an active port exists.
-inline bool rdma_device_active()
-{
-    int n = 0, active = 0;
-    ibv_device **list = ibv_get_device_list(&n);
-    for (int i = 0; list != nullptr && i < n && active == 0; ++i) {
-        ibv_context *ctx = ibv_open_device(list[i]);
-        if (ctx == nullptr)
-            continue;
-        ibv_device_attr attr{};
-        if (ibv_query_device(ctx, &attr) == 0)
-            for (uint8_t port = 1; port <= attr.phys_port_cnt; ++port) {
-                ibv_port_attr pa{};
-                if (ibv_query_port(ctx, port, &pa) == 0 && pa.state == IBV_PORT_ACTIVE)
-                    ++active;
-            }
-        ibv_close_device(ctx);
+// What both drivers take from the environment (main fills it, before any case runs).
+struct Config {
+    std::string lib;          // the preload library under test
+    std::string addr;         // the RDMA address: TEST_OFFLOAD_ADDR, else RDMASOCK_VM_ADDR
+    bool keep = false;        // TEST_OFFLOAD_KEEP=1: keep every case's work directory
+    // lib_var names a variable that overrides lib.
+    void read_env(const char *lib_var)
+    {
+        addr = testcommon::env_or("TEST_OFFLOAD_ADDR", testcommon::env_or("RDMASOCK_VM_ADDR", ""));
+        keep = testcommon::env_or("TEST_OFFLOAD_KEEP", "") == "1";
+        lib = testcommon::env_or(lib_var, lib);
     }
-    if (list != nullptr)
-        ibv_free_device_list(list);
-    return active > 0;
+};
+
+// A case's work directory (logs, stdout, stderr of its processes): under
+// $TEST_OFFLOAD_TMP (default /tmp; in the VM /tmp vanishes, the tree does not), mode
+// 0700; kept when keep is set.
+struct WorkDir : testcommon::TempDir {
+    WorkDir() : TempDir("offload-test-", "TEST_OFFLOAD_TMP", false) {}
+};
+
+// Register fn as the case `name` of suite ts.
+inline void add(boost::unit_test::test_suite *ts, const std::string &name, std::function<void()> fn)
+{
+    ts->add(boost::unit_test::make_test_case(boost::function<void()>(fn), name, __FILE__, __LINE__));
 }
 
 // One line per case (---- NAME, then PASS/FAIL/SKIP); a skip is a failure.

@@ -37,13 +37,12 @@ tests_offload_victim_LDADD = -lpthread
 HOSTILE_ASAN_LIB = tests/offload/asan/librdmasock.so
 HOSTILE_ASAN_CC = $(filter %.cc,$(librdmasock_core_la_SOURCES) $(librdmasock_la_SOURCES))
 
-tests_offload_hostile_tests_SOURCES = tests/offload/hostile_tests.cc tests/offload/proc.cc \
-	tests/offload/proc.hh tests/offload/driver.hh
+tests_offload_hostile_tests_SOURCES = tests/offload/hostile_tests.cc tests/offload/driver.hh
 tests_offload_hostile_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TEST_DYN_LINK \
 	-DHOSTILE_ASAN_LIB='"$(abs_top_builddir)/$(HOSTILE_ASAN_LIB)"' \
 	-DHOSTILE_BIN='"$(abs_top_builddir)/tests/offload/hostile$(EXEEXT)"' \
 	-DHOSTILE_VICTIM='"$(abs_top_builddir)/tests/offload/victim$(EXEEXT)"'
-tests_offload_hostile_tests_LDADD = $(BOOST_TEST_LIBS) $(IBVERBS_LIBS) -lpthread
+tests_offload_hostile_tests_LDADD = tests/common/libtestcommon.a $(BOOST_TEST_LIBS) -lpthread
 EXTRA_tests_offload_hostile_tests_DEPENDENCIES = tests/offload/hostile$(EXEEXT) \
 	tests/offload/victim$(EXEEXT)
 

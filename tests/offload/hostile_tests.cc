@@ -47,34 +47,30 @@
 // Environment: RDMASOCK_VM_ADDR (or TEST_OFFLOAD_ADDR) the RDMA address;
 // TEST_OFFLOAD_KEEP=1 and TEST_OFFLOAD_TMP=DIR keep each case's files (victim logs at
 // debug level, stdout, stderr); TEST_HOSTILE_LIB another (ASan) library.
-#ifndef BOOST_TEST_DYN_LINK
-#define BOOST_TEST_DYN_LINK
-#endif
-#define BOOST_TEST_NO_MAIN
-#include <boost/test/unit_test.hpp>
+#include "tests/offload/driver.hh"
 
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <infiniband/verbs.h>
 #include <memory>
 #include <sstream>
 #include <unistd.h>
 
-#include "tests/offload/driver.hh"
-#include "tests/offload/proc.hh"
+#include "tests/common/device.hh"
+#include "tests/common/text.hh"
+#include "tests/common/time.hh"
 
+using namespace testcommon;
 using namespace offload;
 namespace utf = boost::unit_test;
 
 namespace {
 
-struct Config {
-    std::string addr;
-    std::string lib = HOSTILE_ASAN_LIB;
-    std::string libasan;  // from HOSTILE_ASAN_LIB's directory, file libasan-path
-    bool keep = false;
+// lib (TEST_HOSTILE_LIB), addr, keep: offload::Config.
+struct HostileConfig : Config {
+    HostileConfig() { lib = HOSTILE_ASAN_LIB; }
+    std::string libasan;  // from the library's directory, file libasan-path
 } cfg;
 
 // Bytes each honest stream carries per phase.
@@ -84,12 +80,6 @@ constexpr uint64_t kGoodBytes = 256 * 1024;
 constexpr uint64_t kBadBytes = 16 * 1024;
 constexpr int kProbeMs = 1000;   // victims' RDMASOCK_PROBE_TIMEOUT_MS (parked requests: 2x)
 constexpr int kWaitMs = 60000;   // any one wait for a process
-
-std::string env_or(const char *name, const std::string &dflt)
-{
-    const char *v = getenv(name);
-    return v != nullptr && *v != '\0' ? v : dflt;
-}
 
 Summary g_summary;
 
@@ -113,7 +103,7 @@ struct Run {
 };
 
 struct Case {
-    TempDir dir;
+    WorkDir dir;
     std::vector<Run *> runs;
     std::string report() const
     {
@@ -389,11 +379,6 @@ void server_case(const std::string &kase, const Expect &e)
     check_survived(c, gs);
 }
 
-void add(utf::test_suite *ts, const std::string &name, std::function<void()> fn)
-{
-    ts->add(utf::make_test_case(boost::function<void()>(fn), name, __FILE__, __LINE__));
-}
-
 bool init_tests()
 {
     utf::framework::register_observer(g_summary);
@@ -499,13 +484,11 @@ bool init_tests()
 
 int main(int argc, char **argv)
 {
-    if (!rdma_device_active()) {
-        printf("SKIP: no active RDMA device (run via make check-hostile)\n0 passed, 1 failed\n");
-        return 77;
+    if (int rc = require_device("make check-hostile"); rc != 0) {
+        printf("0 passed, 1 failed\n");
+        return rc;
     }
-    cfg.addr = env_or("TEST_OFFLOAD_ADDR", env_or("RDMASOCK_VM_ADDR", ""));
-    cfg.keep = env_or("TEST_OFFLOAD_KEEP", "") == "1";
-    cfg.lib = env_or("TEST_HOSTILE_LIB", cfg.lib);
+    cfg.read_env("TEST_HOSTILE_LIB");
     std::string dir = cfg.lib.substr(0, cfg.lib.rfind('/') + 1);
     cfg.libasan = read_file(dir + "libasan-path");
     while (!cfg.libasan.empty() && (cfg.libasan.back() == '\n' || cfg.libasan.back() == ' '))

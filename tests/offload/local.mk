@@ -11,18 +11,17 @@ TESTS += tests/offload/offload_tests
 # The program under test: plain C++, no Boost; it runs with and without the library.
 tests_offload_peer_SOURCES = tests/offload/peer.cc
 tests_offload_peer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
-tests_offload_peer_LDADD = -lpthread
+tests_offload_peer_LDADD = tests/common/libtestcommon.a -lpthread
 # A memcached client that checks every answer (programs/memcached).
 tests_offload_kvclient_SOURCES = tests/offload/kvclient.cc
 tests_offload_kvclient_LDADD = -lpthread
 
-tests_offload_offload_tests_SOURCES = tests/offload/offload_tests.cc tests/offload/proc.cc \
-	tests/offload/proc.hh tests/offload/driver.hh
+tests_offload_offload_tests_SOURCES = tests/offload/offload_tests.cc tests/offload/driver.hh
 tests_offload_offload_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TEST_DYN_LINK \
 	-DRDMASOCK_BUILD_LIB='"$(abs_top_builddir)/.libs/librdmasock.so"' \
 	-DOFFLOAD_PEER='"$(abs_top_builddir)/tests/offload/peer$(EXEEXT)"' \
 	-DOFFLOAD_KVCLIENT='"$(abs_top_builddir)/tests/offload/kvclient$(EXEEXT)"'
-tests_offload_offload_tests_LDADD = $(BOOST_TEST_LIBS) $(IBVERBS_LIBS) -lpthread
+tests_offload_offload_tests_LDADD = tests/common/libtestcommon.a $(BOOST_TEST_LIBS) -lpthread
 # The tests run the preload library and the peer.
 EXTRA_tests_offload_offload_tests_DEPENDENCIES = librdmasock.la tests/offload/peer$(EXEEXT) tests/offload/kvclient$(EXEEXT)
 

@@ -14,11 +14,7 @@
 // (default info; debug shows negotiation details in failure reports), TEST_OFFLOAD_KEEP=1
 // (keep every work directory: peer logs, stdout, stderr), TEST_OFFLOAD_TMP (where the
 // work directories go, default /tmp; in the VM /tmp vanishes, the tree does not).
-#ifndef BOOST_TEST_DYN_LINK
-#define BOOST_TEST_DYN_LINK
-#endif
-#define BOOST_TEST_NO_MAIN
-#include <boost/test/unit_test.hpp>
+#include "tests/offload/driver.hh"
 
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
@@ -30,16 +26,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <infiniband/verbs.h>
 #include <memory>
 #include <set>
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tests/offload/driver.hh"
-#include "tests/offload/proc.hh"
+#include "tests/common/closelog.hh"
+#include "tests/common/device.hh"
+#include "tests/common/ports.hh"
+#include "tests/common/text.hh"
+#include "tests/common/time.hh"
 
+using namespace testcommon;
 using namespace offload;
 namespace utf = boost::unit_test;
 
@@ -47,33 +46,17 @@ namespace {
 
 // ---- configuration ------------------------------------------------------------------------
 
-struct Config {
-    std::string lib = RDMASOCK_BUILD_LIB;
+// lib (TEST_OFFLOAD_LIB), addr (10.77.0.1 in the VM), keep: offload::Config.
+struct OffloadConfig : Config {
+    OffloadConfig() { lib = RDMASOCK_BUILD_LIB; }
     std::string peer = OFFLOAD_PEER;
-    std::string addr;         // the RDMA address (10.77.0.1 in the VM)
     std::string nordma_ns;    // "nordma" with --nordma-ns
     std::string nordma_addr;  // 10.77.1.2
     std::string log_level = "info";
-    bool keep = false;
     std::string peer_addr;  // --two-vms: the other VM's RDMA address
     std::string peer_exec;  // --two-vms: runs a command on the other VM
 };
-Config cfg;
-
-std::string env_or(const char *name, const std::string &dflt)
-{
-    const char *v = getenv(name);
-    return v != nullptr && *v != '\0' ? v : dflt;
-}
-
-// 0 when an RDMA device with an active port exists; else prints SKIP, returns 77.
-int require_device()
-{
-    if (rdma_device_active())
-        return 0;
-    printf("SKIP: no active RDMA device (run via make check-offload)\n");
-    return 77;
-}
+OffloadConfig cfg;
 
 Summary g_summary;
 
@@ -136,41 +119,13 @@ struct PeerRun {
     }
 };
 
-// Parse a log written at level info or debug: every line "rdmasock[PID]: LEVEL: ...";
-// close lines must have exactly the documented keys in the documented order.
+// The close lines of the log (tests/common/closelog.hh: every line well formed, close
+// lines as documented); warnings are allowed, errors are problems.
 void parse_log(PeerRun &p)
 {
-    static const std::vector<std::string> kTcpKeys = {"event", "fd", "role", "local", "peer", "transport",
-                                                      "reason", "bytes_sent", "bytes_received"};
-    for (const std::string &line : split_lines(p.log)) {
-        if (line.empty())
-            continue;
-        size_t c1 = line.find("]: ");
-        if (line.rfind("rdmasock[", 0) != 0 || c1 == std::string::npos) {
-            p.log_problems.push_back("malformed log line: " + line);
-            continue;
-        }
-        size_t c2 = line.find(": ", c1 + 3);
-        std::string level = c2 == std::string::npos ? "" : line.substr(c1 + 3, c2 - c1 - 3);
-        std::string msg = c2 == std::string::npos ? "" : line.substr(c2 + 2);
-        if (level == "error")
-            p.log_problems.push_back("error logged: " + line);
-        if (msg.rfind("event=close ", 0) != 0)
-            continue;
-        // Keys in order.
-        std::vector<std::string> keys;
-        std::istringstream is(msg);
-        std::string tok;
-        while (is >> tok)
-            keys.push_back(tok.substr(0, tok.find('=')));
-        Fields f = parse_kv(msg);
-        std::vector<std::string> want = kTcpKeys;
-        if (f["transport"] == "rdma")
-            want.erase(std::find(want.begin(), want.end(), "reason"));
-        if (keys != want)
-            p.log_problems.push_back("close line without the documented keys: " + line);
-        p.closes.push_back(f);
-    }
+    CloseLog lc = check_close_log(p.log, true);
+    p.closes = lc.closes;
+    p.log_problems = lc.problems;
 }
 
 std::string peer_log_file(const TempDir &dir, const std::string &name) { return dir / (name + ".log"); }
@@ -282,7 +237,7 @@ struct Pair {
 Pair run_pair(const std::string &name, const Side &server, const Side &client, int timeout_ms = 90000,
               const std::function<void(Proc &, Proc &, Pair &)> &during = {})
 {
-    TempDir dir;
+    WorkDir dir;
     dir.keep = cfg.keep;
     Pair pr;
     double t0 = now_ms();
@@ -820,7 +775,7 @@ std::string ms3(double v)
 // reported, compared with the targets in the notes.
 void connection_cost(const std::string &name, bool remote, bool async = false)
 {
-    TempDir dir;
+    WorkDir dir;
     dir.keep = cfg.keep;
     const std::string plan = "1000:1000:write:seq,1000:1000:write:seq,1000:1000:write:seq";
     Side w, s, base, ls;
@@ -1054,7 +1009,7 @@ void fallback_nordma_timeout()
         return;
     const int probe = 200;
     const std::string name = "fallback/nordma_timeout";
-    TempDir dir;
+    WorkDir dir;
     dir.keep = cfg.keep;
     Side w, s, c;
     w.lib = false;
@@ -1248,7 +1203,7 @@ void fallback_echo_server_without_lib()
 void fallback_cache_per_port()
 {
     const std::string name = "fallback/negative_cache_is_per_port";
-    TempDir dir;
+    WorkDir dir;
     dir.keep = cfg.keep;
     Side a, b, c;
     a.lib = false;
@@ -1532,7 +1487,7 @@ void program_iperf3(const std::string &variant, const std::vector<std::string> &
                     bool async = false)
 {
     const std::string name = "programs/iperf3_" + variant;
-    TempDir dir;
+    WorkDir dir;
     dir.keep = cfg.keep;
     int port = free_port(cfg.addr);
     ProgRun sr, cr;
@@ -1677,7 +1632,7 @@ std::string random_bytes(size_t n, uint64_t seed, bool printable)
 void program_redis(int clients)
 {
     const std::string name = "programs/redis_c" + std::to_string(clients);
-    TempDir dir;
+    WorkDir dir;
     dir.keep = cfg.keep;
     const std::string port = std::to_string(free_port(cfg.addr));
     ProgRun sr;
@@ -1786,7 +1741,7 @@ void program_redis(int clients)
 void program_memcached()
 {
     const std::string name = "programs/memcached";
-    TempDir dir;
+    WorkDir dir;
     dir.keep = cfg.keep;
     const std::string port = std::to_string(free_port(cfg.addr));
     ProgRun sr, cr;
@@ -1840,7 +1795,7 @@ void program_memcached()
 void program_nginx(bool single)
 {
     const std::string name = std::string("programs/nginx_") + (single ? "single" : "workers");
-    TempDir dir;
+    WorkDir dir;
     dir.keep = cfg.keep;
     const std::string port = std::to_string(free_port(cfg.addr));
     const std::string body = random_bytes(1u << 20, 0x2545F4914F6CDD1Dull, false);
@@ -1915,7 +1870,7 @@ SockperfRun &sockperf_run(const std::string &mux)
     if (r.done)
         return r;
     r.done = true;
-    TempDir dir;
+    WorkDir dir;
     dir.keep = cfg.keep;
     int port = free_port(cfg.addr);
     std::vector<std::string> target;
@@ -2000,11 +1955,6 @@ void program_sockperf(const std::string &kind, const std::string &mux)
 }
 
 // ---- registration ------------------------------------------------------------------------
-
-void add(utf::test_suite *ts, const std::string &name, std::function<void()> fn)
-{
-    ts->add(utf::make_test_case(boost::function<void()>(fn), name, __FILE__, __LINE__));
-}
 
 bool init_tests()
 {
@@ -2110,14 +2060,12 @@ bool init_tests()
 
 int main(int argc, char **argv)
 {
-    if (int rc = require_device(); rc != 0)
+    if (int rc = require_device("make check-offload"); rc != 0)
         return rc;
-    cfg.addr = env_or("TEST_OFFLOAD_ADDR", env_or("RDMASOCK_VM_ADDR", ""));
+    cfg.read_env("TEST_OFFLOAD_LIB");
     cfg.nordma_ns = env_or("RDMASOCK_VM_NORDMA_NS", "");
     cfg.nordma_addr = env_or("RDMASOCK_VM_NORDMA_ADDR", "10.77.1.2");
     cfg.log_level = env_or("TEST_OFFLOAD_LOG_LEVEL", "info");
-    cfg.keep = env_or("TEST_OFFLOAD_KEEP", "") == "1";
-    cfg.lib = env_or("TEST_OFFLOAD_LIB", cfg.lib);
     cfg.peer_addr = env_or("RDMASOCK_VM_PEER", "");
     cfg.peer_exec = env_or("RDMASOCK_VM_PEER_EXEC", "");
     if (cfg.addr.empty()) {

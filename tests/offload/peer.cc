@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "include/rdmasock.h"
+#include "tests/common/io.hh"
 
 namespace {
 
@@ -706,20 +707,12 @@ struct Helper {
     uint64_t out_off = 0;  // helper->tester pattern offset
 };
 
+// Read all n bytes (false on EOF or an error), counted in c.received.
 bool read_full(int fd, void *p, size_t n, Counts &c)
 {
-    auto *b = static_cast<uint8_t *>(p);
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = read(fd, b + done, n - done);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return false;
-        done += static_cast<size_t>(r);
-        c.received += static_cast<uint64_t>(r);
-    }
-    return true;
+    size_t done = testcommon::read_n(fd, p, n);
+    c.received += static_cast<uint64_t>(done);
+    return done == n;
 }
 
 bool write_full(int fd, const void *p, size_t n, Counts &c)

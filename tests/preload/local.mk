@@ -8,7 +8,7 @@ check_PROGRAMS += tests/preload/sockprobe tests/preload/parity_tests tests/prelo
 
 # The scenario program: plain C++, no Boost; it is what runs under the preload library.
 tests_preload_sockprobe_SOURCES = tests/preload/sockprobe.cc
-tests_preload_sockprobe_LDADD = -lpthread
+tests_preload_sockprobe_LDADD = tests/common/libtestcommon.a -lpthread
 
 preload_test_cppflags = $(AM_CPPFLAGS) -DBOOST_TEST_DYN_LINK \
 	-DRDMASOCK_BUILD_LIB='"$(abs_top_builddir)/.libs/librdmasock.so"' \
@@ -16,15 +16,13 @@ preload_test_cppflags = $(AM_CPPFLAGS) -DBOOST_TEST_DYN_LINK \
 	-DRDMASOCK_LAUNCHER='"$(abs_top_builddir)/tools/rdmasock$(EXEEXT)"' \
 	-DRDMASOCK_REASON_DEF='"$(abs_top_srcdir)/src/base/reason.def"'
 
-tests_preload_parity_tests_SOURCES = tests/preload/parity_tests.cc \
-	tests/preload/harness.cc tests/preload/harness.hh
+tests_preload_parity_tests_SOURCES = tests/preload/parity_tests.cc
 tests_preload_parity_tests_CPPFLAGS = $(preload_test_cppflags)
-tests_preload_parity_tests_LDADD = $(BOOST_TEST_LIBS) -lpthread
+tests_preload_parity_tests_LDADD = tests/common/libtestcommon.a $(BOOST_TEST_LIBS) -lpthread
 
-tests_preload_program_tests_SOURCES = tests/preload/program_tests.cc \
-	tests/preload/harness.cc tests/preload/harness.hh
+tests_preload_program_tests_SOURCES = tests/preload/program_tests.cc
 tests_preload_program_tests_CPPFLAGS = $(preload_test_cppflags)
-tests_preload_program_tests_LDADD = $(BOOST_TEST_LIBS) -lpthread
+tests_preload_program_tests_LDADD = tests/common/libtestcommon.a $(BOOST_TEST_LIBS) -lpthread
 
 TESTS += tests/preload/parity_tests tests/preload/program_tests
 

@@ -37,7 +37,10 @@
 #include <string>
 #include <vector>
 
-#include "tests/preload/harness.hh"
+#include "tests/common/closelog.hh"
+#include "tests/common/files.hh"
+#include "tests/common/proc.hh"
+#include "tests/common/text.hh"
 
 #ifndef RDMASOCK_BUILD_LIB
 #error RDMASOCK_BUILD_LIB must name the built librdmasock.so
@@ -48,16 +51,10 @@
 
 namespace {
 
-using harness::Fields;
+using testcommon::Fields;
 
-std::string env_str(const char *name)
-{
-    const char *v = getenv(name);
-    return v != nullptr ? v : "";
-}
-
-const std::string kAddr = env_str("TEST_PARITY_ADDR");
-const std::string kAddr6 = env_str("TEST_PARITY_ADDR6");
+const std::string kAddr = testcommon::env_or("TEST_PARITY_ADDR", "");
+const std::string kAddr6 = testcommon::env_or("TEST_PARITY_ADDR6", "");
 
 bool rdma_mode() { return !kAddr.empty(); }
 
@@ -186,7 +183,7 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
 }
 
 // RDMA mode: the close lines are what offload_expectation() says.
-void check_offload(const std::vector<std::string> &args, const harness::LogCheck &lc, const std::string &log)
+void check_offload(const std::vector<std::string> &args, const testcommon::CloseLog &lc, const std::string &log)
 {
     Offload want;
     BOOST_REQUIRE_MESSAGE(offload_expectation(args, &want), "no RDMA expectation for scenario " << args[0]);
@@ -244,9 +241,9 @@ int run_timeout_ms() { return rdma_mode() ? 60000 : kTimeoutMs; }
 
 struct Runs {
     std::vector<std::string> args;
-    harness::Result plain, pre;
+    testcommon::Result plain, pre;
     std::string log;
-    harness::LogCheck lc;
+    testcommon::CloseLog lc;
 };
 
 std::set<std::string> &covered()
@@ -277,40 +274,40 @@ std::set<std::string> reason_codes()
 
 Runs parity(const std::vector<std::string> &args, const std::string &expected)
 {
-    BOOST_REQUIRE_MESSAGE(harness::file_exists(kLib), "the library is not built: " << kLib);
-    BOOST_REQUIRE_MESSAGE(harness::file_exists(kProbe), "sockprobe is not built: " << kProbe);
-    harness::TempDir td;
+    BOOST_REQUIRE_MESSAGE(testcommon::file_exists(kLib), "the library is not built: " << kLib);
+    BOOST_REQUIRE_MESSAGE(testcommon::file_exists(kProbe), "sockprobe is not built: " << kProbe);
+    testcommon::TempDir td;
     BOOST_REQUIRE(!td.path().empty());
     const std::string log = td / "rdmasock.log";
     std::vector<std::string> argv = {kProbe};
     argv.insert(argv.end(), args.begin(), args.end());
-    harness::Env env = harness::base_env();
-    harness::set_var(env, "TMPDIR", td.path());
+    testcommon::Env env = testcommon::base_env();
+    testcommon::set_var(env, "TMPDIR", td.path());
     if (rdma_mode()) {
-        harness::set_var(env, "SOCKPROBE_ADDR", kAddr);
+        testcommon::set_var(env, "SOCKPROBE_ADDR", kAddr);
         if (!kAddr6.empty())
-            harness::set_var(env, "SOCKPROBE_ADDR6", kAddr6);
+            testcommon::set_var(env, "SOCKPROBE_ADDR6", kAddr6);
     }
-    harness::Env env_lib = harness::with_lib(env, kLib, "info", log);
+    testcommon::Env env_lib = testcommon::with_lib(env, kLib, "info", log);
     // TEST_PARITY_X sets the library run's RDMASOCK_X.
     for (const char *x : {"PROBE_TIMEOUT_MS", "CONNECT_WAIT", "BUSY_POLL_US", "RING_KB"}) {
-        std::string v = env_str(("TEST_PARITY_" + std::string(x)).c_str());
+        std::string v = testcommon::env_or(("TEST_PARITY_" + std::string(x)).c_str(), "");
         if (!v.empty())
-            harness::set_var(env_lib, "RDMASOCK_" + std::string(x), v);
+            testcommon::set_var(env_lib, "RDMASOCK_" + std::string(x), v);
     }
     Runs r;
     r.args = args;
-    r.plain = harness::run(argv, env, run_timeout_ms());
-    r.pre = harness::run(argv, env_lib, run_timeout_ms());
+    r.plain = testcommon::run(argv, env, run_timeout_ms());
+    r.pre = testcommon::run(argv, env_lib, run_timeout_ms());
 
     BOOST_CHECK_MESSAGE(r.plain.exit_code() == 0, "without the library: " << r.plain.describe());
     BOOST_CHECK_MESSAGE(r.pre.exit_code() == 0, "with the library: " << r.pre.describe());
-    const std::string tp = harness::drop_lines(r.plain.out, "addr ");
-    const std::string tw = harness::drop_lines(r.pre.out, "addr ");
-    std::string d = harness::first_difference(tp, expected);
+    const std::string tp = testcommon::drop_lines(r.plain.out, "addr ");
+    const std::string tw = testcommon::drop_lines(r.pre.out, "addr ");
+    std::string d = testcommon::first_difference(tp, expected);
     BOOST_CHECK_MESSAGE(d.empty(), "without the library the transcript is not the kernel's expected one: "
                                        << d << "\n--- transcript ---\n" << r.plain.out);
-    d = harness::first_difference(tw, tp);
+    d = testcommon::first_difference(tw, tp);
     BOOST_CHECK_MESSAGE(d.empty(), "with the library the transcript differs from without it: "
                                        << d << "\n--- with ---\n" << r.pre.out << "--- without ---\n"
                                        << r.plain.out);
@@ -318,8 +315,8 @@ Runs parity(const std::vector<std::string> &args, const std::string &expected)
                                                       << r.pre.err << "--- without ---\n" << r.plain.err);
     BOOST_CHECK_EQUAL(r.pre.exit_code(), r.plain.exit_code());
 
-    r.log = harness::read_file(log);
-    r.lc = harness::check_log(r.log);
+    r.log = testcommon::read_file(log);
+    r.lc = testcommon::check_close_log(r.log);
     for (auto &p : r.lc.problems)
         BOOST_ERROR(p);
     static const std::set<std::string> codes = reason_codes();
@@ -367,7 +364,7 @@ void check_stream_log(const Runs &r)
 std::string note(const Runs &r, const std::string &key)
 {
     std::regex re("^note " + key + "=(\\d+)$");
-    for (auto &l : harness::split_lines(r.pre.out)) {  // the run that wrote the log
+    for (auto &l : testcommon::split_lines(r.pre.out)) {  // the run that wrote the log
         std::smatch m;
         if (std::regex_match(l, m, re))
             return m[1];
@@ -404,7 +401,7 @@ void check_close_lines(const Runs &r, const std::map<std::string, std::pair<std:
 {
     std::regex re(R"(^addr (client|server) fd=(\d+) local=(\S+) peer=(\S+)$)");
     std::map<std::string, std::vector<std::string>> seen;
-    for (auto &l : harness::split_lines(r.pre.out)) {
+    for (auto &l : testcommon::split_lines(r.pre.out)) {
         std::smatch m;
         if (std::regex_match(l, m, re))
             seen[m[1]] = {m[2], m[3], m[4]};
@@ -1494,10 +1491,10 @@ BOOST_AUTO_TEST_CASE(close_log_queued_inet6)
 
 BOOST_AUTO_TEST_CASE(every_scenario_has_a_case)
 {
-    harness::Result r = harness::run({kProbe, "list"}, harness::base_env(), kTimeoutMs);
+    testcommon::Result r = testcommon::run({kProbe, "list"}, testcommon::base_env(), kTimeoutMs);
     BOOST_REQUIRE_EQUAL(r.exit_code(), 0);
     std::set<std::string> all;
-    for (auto &s : harness::split_lines(r.out))
+    for (auto &s : testcommon::split_lines(r.out))
         all.insert(s);
     BOOST_CHECK(!all.empty());
     for (auto &s : all)

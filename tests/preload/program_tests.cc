@@ -27,7 +27,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tests/preload/harness.hh"
+#include "tests/common/closelog.hh"
+#include "tests/common/files.hh"
+#include "tests/common/ports.hh"
+#include "tests/common/proc.hh"
+#include "tests/common/text.hh"
 
 #ifndef RDMASOCK_BUILD_LIB
 #error RDMASOCK_BUILD_LIB must name the built librdmasock.so
@@ -38,8 +42,8 @@
 
 namespace {
 
-using harness::Env;
-using harness::Result;
+using testcommon::Env;
+using testcommon::Result;
 
 const std::string kLib = RDMASOCK_BUILD_LIB;
 const std::string kProbe = SOCKPROBE;
@@ -50,7 +54,7 @@ struct Installed {
     boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const
     {
         for (auto &n : names) {
-            if (harness::find_program({n}).empty()) {
+            if (testcommon::find_program({n}).empty()) {
                 boost::test_tools::assertion_result r(false);
                 r.message() << n << " is not installed (tools/install-deps installs it)";
                 std::cerr << "SKIP: " << n << " is not installed (tools/install-deps installs it)\n";
@@ -65,18 +69,18 @@ std::string program(const std::string &name)
 {
     if (name == "python3" && access("/usr/bin/python3", X_OK) == 0)
         return "/usr/bin/python3";  // the system interpreter, not a version-manager shim
-    return harness::find_program({name});
+    return testcommon::find_program({name});
 }
 
 void require_lib()
 {
-    BOOST_REQUIRE_MESSAGE(harness::file_exists(kLib), "the library is not built: " << kLib);
+    BOOST_REQUIRE_MESSAGE(testcommon::file_exists(kLib), "the library is not built: " << kLib);
 }
 
 // Check a log written by the library: well-formed, and return its close lines.
-harness::LogCheck checked_log(const std::string &path)
+testcommon::CloseLog checked_log(const std::string &path)
 {
-    harness::LogCheck lc = harness::check_log(harness::read_file(path));
+    testcommon::CloseLog lc = testcommon::check_close_log(testcommon::read_file(path));
     for (auto &p : lc.problems)
         BOOST_ERROR(p);
     for (auto &f : lc.closes)
@@ -85,7 +89,7 @@ harness::LogCheck checked_log(const std::string &path)
     return lc;
 }
 
-size_t count_role(const harness::LogCheck &lc, const std::string &role)
+size_t count_role(const testcommon::CloseLog &lc, const std::string &role)
 {
     size_t n = 0;
     for (auto &f : lc.closes)
@@ -100,11 +104,11 @@ std::pair<Result, Result> same_both_ways(const std::vector<std::string> &argv, c
                                          bool expect_no_log = true)
 {
     require_lib();
-    harness::TempDir td;
+    testcommon::TempDir td;
     std::string log = td / "rdmasock.log";
-    Env env = harness::base_env();
-    Result a = harness::run(argv, env, 30000, in);
-    Result b = harness::run(argv, harness::with_lib(env, kLib, "info", log), 30000, in);
+    Env env = testcommon::base_env();
+    Result a = testcommon::run(argv, env, 30000, in);
+    Result b = testcommon::run(argv, testcommon::with_lib(env, kLib, "info", log), 30000, in);
     BOOST_CHECK_MESSAGE(!a.timed_out && !b.timed_out, "timed out: " << a.describe() << b.describe());
     BOOST_CHECK_MESSAGE(a.out == b.out, "standard output differs\n--- without ---\n"
                                             << a.out << "--- with ---\n" << b.out);
@@ -112,15 +116,15 @@ std::pair<Result, Result> same_both_ways(const std::vector<std::string> &argv, c
                                             << a.err << "--- with ---\n" << b.err);
     BOOST_CHECK_EQUAL(a.exit_code(), b.exit_code());
     if (expect_no_log)
-        BOOST_CHECK_MESSAGE(!harness::file_exists(log), "the library opened its log file in a program "
-                                                        "without sockets:\n" << harness::read_file(log));
+        BOOST_CHECK_MESSAGE(!testcommon::file_exists(log), "the library opened its log file in a program "
+                                                        "without sockets:\n" << testcommon::read_file(log));
     return {a, b};
 }
 
 // Is `path` a statically linked ELF executable (no PT_INTERP)?
 bool is_static_elf(const std::string &path)
 {
-    std::string s = harness::read_file(path);
+    std::string s = testcommon::read_file(path);
     if (s.size() < sizeof(Elf64_Ehdr) || s.compare(0, 4, ELFMAG) != 0 || s[EI_CLASS] != ELFCLASS64)
         return false;
     Elf64_Ehdr eh;
@@ -170,8 +174,8 @@ bool maps_file(pid_t pid, const std::string &path)
     struct stat st;
     if (stat(path.c_str(), &st) != 0)
         return false;
-    std::string maps = harness::read_file("/proc/" + std::to_string(pid) + "/maps");
-    for (auto &l : harness::split_lines(maps)) {
+    std::string maps = testcommon::read_file("/proc/" + std::to_string(pid) + "/maps");
+    for (auto &l : testcommon::split_lines(maps)) {
         size_t slash = l.find('/');
         if (slash == std::string::npos)
             continue;
@@ -228,7 +232,7 @@ BOOST_AUTO_TEST_CASE(python_prints, *boost::unit_test::precondition(Installed{{"
 
 BOOST_AUTO_TEST_CASE(static_busybox, *boost::unit_test::precondition(Installed{{"busybox"}}))
 {
-    std::string bb = harness::file_exists("/bin/busybox") ? "/bin/busybox" : program("busybox");
+    std::string bb = testcommon::file_exists("/bin/busybox") ? "/bin/busybox" : program("busybox");
     if (!is_static_elf(bb)) {
         std::cerr << "SKIP: " << bb << " is not statically linked (install busybox-static)\n";
         BOOST_TEST_MESSAGE("skipped: " << bb << " is not statically linked");
@@ -258,20 +262,20 @@ BOOST_AUTO_TEST_CASE(launcher_runs_program)
 {
     require_lib();
     const std::string launcher = RDMASOCK_LAUNCHER;
-    BOOST_REQUIRE_MESSAGE(harness::file_exists(launcher), "the launcher is not built: " << launcher);
-    harness::TempDir td;
+    BOOST_REQUIRE_MESSAGE(testcommon::file_exists(launcher), "the launcher is not built: " << launcher);
+    testcommon::TempDir td;
     const std::string log = td / "launcher.log";
-    Env env = harness::base_env();
-    Result a = harness::run({kProbe, "closelog", "inet", "exact"}, env, 30000);
-    Result b = harness::run({launcher, "--lib", kLib, "-v", "-o", log, kProbe, "closelog", "inet", "exact"}, env, 30000);
+    Env env = testcommon::base_env();
+    Result a = testcommon::run({kProbe, "closelog", "inet", "exact"}, env, 30000);
+    Result b = testcommon::run({launcher, "--lib", kLib, "-v", "-o", log, kProbe, "closelog", "inet", "exact"}, env, 30000);
     BOOST_CHECK_MESSAGE(a.exit_code() == 0, a.describe());
     BOOST_CHECK_MESSAGE(b.exit_code() == 0, b.describe());
-    BOOST_CHECK_EQUAL(harness::drop_lines(a.out, "addr "), harness::drop_lines(b.out, "addr "));
+    BOOST_CHECK_EQUAL(testcommon::drop_lines(a.out, "addr "), testcommon::drop_lines(b.out, "addr "));
     BOOST_CHECK_EQUAL(a.err, b.err);
-    harness::LogCheck lc = checked_log(log);
+    testcommon::CloseLog lc = checked_log(log);
     BOOST_CHECK_EQUAL(count_role(lc, "client"), 1u);
     BOOST_CHECK_EQUAL(count_role(lc, "server"), 1u);
-    Result c = harness::run({launcher, "--lib", kLib, program("sh"), "-c", "exit 3"}, env, 30000);
+    Result c = testcommon::run({launcher, "--lib", kLib, program("sh"), "-c", "exit 3"}, env, 30000);
     BOOST_CHECK_EQUAL(c.exit_code(), 3);
 }
 #endif
@@ -285,7 +289,7 @@ BOOST_AUTO_TEST_CASE(launcher_runs_program)
 BOOST_AUTO_TEST_CASE(iperf3_loopback, *boost::unit_test::precondition(Installed{{"iperf3"}}))
 {
     require_lib();
-    harness::TempDir td;
+    testcommon::TempDir td;
     const std::string iperf = program("iperf3");
     const std::string log = td / "rdmasock.log";
     const long long want = 20LL << 20, cookie = 37;  // iperf3 opens each stream with a cookie
@@ -293,24 +297,24 @@ BOOST_AUTO_TEST_CASE(iperf3_loopback, *boost::unit_test::precondition(Installed{
     for (int with = 0; with < 2; ++with) {
         BOOST_TEST_CONTEXT((with ? "with" : "without") << " the library")
         {
-            Env env = harness::base_env();
+            Env env = testcommon::base_env();
             if (with)
-                env = harness::with_lib(env, kLib, "info", log);
-            int port = harness::free_port();
+                env = testcommon::with_lib(env, kLib, "info", log);
+            int port = testcommon::free_port();
             std::string p = std::to_string(port);
-            harness::Child::Options o;
+            testcommon::Proc::Options o;
             o.out_file = td / ("server" + std::to_string(with) + ".json");
             o.err_file = td / ("server" + std::to_string(with) + ".err");
-            harness::Child srv({iperf, "-s", "-1", "-J", "-B", "127.0.0.1", "-p", p}, env, o);
+            testcommon::Proc srv({iperf, "-s", "-1", "-J", "-B", "127.0.0.1", "-p", p}, env, o);
             BOOST_REQUIRE(srv.started());
-            BOOST_REQUIRE_MESSAGE(harness::wait_listening(port, 10000), "iperf3 -s did not listen");
-            Result c = harness::run({iperf, "-c", "127.0.0.1", "-p", p, "-n", "20M", "-J"}, env, 60000);
+            BOOST_REQUIRE_MESSAGE(testcommon::wait_listening(port, 10000), "iperf3 -s did not listen");
+            Result c = testcommon::run({iperf, "-c", "127.0.0.1", "-p", p, "-n", "20M", "-J"}, env, 60000);
             BOOST_CHECK_MESSAGE(c.exit_code() == 0, c.describe());
             bool exited = srv.wait(15000);
             BOOST_CHECK_MESSAGE(exited && WIFEXITED(srv.status()) && WEXITSTATUS(srv.status()) == 0,
-                                "iperf3 -s -1 did not exit with 0: " << harness::read_file(o.err_file));
+                                "iperf3 -s -1 did not exit with 0: " << testcommon::read_file(o.err_file));
             sent[with] = iperf_bytes(c.out, "sum_sent");
-            received[with] = iperf_bytes(harness::read_file(o.out_file), "sum_received");
+            received[with] = iperf_bytes(testcommon::read_file(o.out_file), "sum_received");
             BOOST_CHECK_EQUAL(sent[with], want);
             BOOST_CHECK_MESSAGE(received[with] > 0 && received[with] <= want,
                                 "the server received " << received[with] << " bytes");
@@ -318,7 +322,7 @@ BOOST_AUTO_TEST_CASE(iperf3_loopback, *boost::unit_test::precondition(Installed{
         }
     }
     BOOST_CHECK_EQUAL(sent[0], sent[1]);
-    harness::LogCheck lc = checked_log(log);
+    testcommon::CloseLog lc = checked_log(log);
     // control connection and data stream, on each side
     BOOST_CHECK_GE(count_role(lc, "client"), 2u);
     BOOST_CHECK_GE(count_role(lc, "server"), 2u);
@@ -329,7 +333,7 @@ BOOST_AUTO_TEST_CASE(iperf3_loopback, *boost::unit_test::precondition(Installed{
         else
             srcvd = std::max(srcvd, std::stoll(f.at("bytes_received")));
     }
-    BOOST_TEST_CONTEXT("data stream lines of " << harness::read_file(log))
+    BOOST_TEST_CONTEXT("data stream lines of " << testcommon::read_file(log))
     {
         BOOST_CHECK_LE(csent, want + cookie);
         BOOST_CHECK_GE(csent, received[1] + cookie);
@@ -342,37 +346,37 @@ BOOST_AUTO_TEST_CASE(redis_set_get_benchmark,
                      *boost::unit_test::precondition(Installed{{"redis-server", "redis-cli", "redis-benchmark"}}))
 {
     require_lib();
-    harness::TempDir td;
+    testcommon::TempDir td;
     const std::string log = td / "rdmasock.log";
     std::vector<std::string> replies[2];
     for (int with = 0; with < 2; ++with) {
         BOOST_TEST_CONTEXT((with ? "with" : "without") << " the library")
         {
-            Env env = harness::base_env();
+            Env env = testcommon::base_env();
             if (with)
-                env = harness::with_lib(env, kLib, "info", log);
-            int port = harness::free_port();
+                env = testcommon::with_lib(env, kLib, "info", log);
+            int port = testcommon::free_port();
             std::string p = std::to_string(port);
-            harness::Child::Options o;
+            testcommon::Proc::Options o;
             o.out_file = td / ("redis" + std::to_string(with) + ".out");
             o.err_file = td / ("redis" + std::to_string(with) + ".err");
-            harness::Child srv({program("redis-server"), "--port", p, "--bind", "127.0.0.1", "--save", "",
+            testcommon::Proc srv({program("redis-server"), "--port", p, "--bind", "127.0.0.1", "--save", "",
                                 "--appendonly", "no", "--daemonize", "no", "--dir", td.path()},
                                env, o);
             BOOST_REQUIRE(srv.started());
-            BOOST_REQUIRE_MESSAGE(harness::wait_listening(port, 10000),
-                                  "redis-server did not listen\n" << harness::read_file(o.out_file));
+            BOOST_REQUIRE_MESSAGE(testcommon::wait_listening(port, 10000),
+                                  "redis-server did not listen\n" << testcommon::read_file(o.out_file));
             auto cli = [&](std::vector<std::string> args) {
                 std::vector<std::string> argv = {program("redis-cli"), "-p", p};
                 argv.insert(argv.end(), args.begin(), args.end());
-                Result r = harness::run(argv, env, 20000);
+                Result r = testcommon::run(argv, env, 20000);
                 BOOST_CHECK_MESSAGE(r.exit_code() == 0, r.describe());
                 replies[with].push_back(r.out);
                 return r.out;
             };
             BOOST_CHECK_EQUAL(cli({"SET", "rdmasock:key", "hello world"}), "OK\n");
             BOOST_CHECK_EQUAL(cli({"GET", "rdmasock:key"}), "hello world\n");
-            Result b = harness::run({program("redis-benchmark"), "-p", p, "-q", "-n", "2000", "-t", "set,get"},
+            Result b = testcommon::run({program("redis-benchmark"), "-p", p, "-q", "-n", "2000", "-t", "set,get"},
                                     env, 60000);
             BOOST_CHECK_MESSAGE(b.exit_code() == 0, b.describe());
             BOOST_CHECK_MESSAGE(std::regex_search(b.out, std::regex(R"(SET: [0-9.]+ requests per second)")), b.out);
@@ -387,7 +391,7 @@ BOOST_AUTO_TEST_CASE(redis_set_get_benchmark,
     BOOST_CHECK(replies[0] == replies[1]);
     for (size_t i = 0; i < std::min(replies[0].size(), replies[1].size()); ++i)
         BOOST_CHECK_EQUAL(replies[0][i], replies[1][i]);
-    harness::LogCheck lc = checked_log(log);
+    testcommon::CloseLog lc = checked_log(log);
     BOOST_CHECK_GE(count_role(lc, "client"), 5u);
     BOOST_CHECK_GE(count_role(lc, "server"), 5u);
 }
@@ -395,22 +399,22 @@ BOOST_AUTO_TEST_CASE(redis_set_get_benchmark,
 BOOST_AUTO_TEST_CASE(nginx_workers_serve_file, *boost::unit_test::precondition(Installed{{"nginx", "curl"}}))
 {
     require_lib();
-    harness::TempDir td;
+    testcommon::TempDir td;
     const std::string log = td / "rdmasock.log";
     const std::string www = td / "www";
     BOOST_REQUIRE(mkdir(www.c_str(), 0755) == 0);
     const std::string data = blob(1u << 20);
-    BOOST_REQUIRE(harness::write_file(www + "/blob.bin", data));
+    BOOST_REQUIRE(testcommon::write_file(www + "/blob.bin", data));
     for (int with = 0; with < 2; ++with) {
         BOOST_TEST_CONTEXT((with ? "with" : "without") << " the library")
         {
-            Env env = harness::base_env();
+            Env env = testcommon::base_env();
             if (with)
-                env = harness::with_lib(env, kLib, "info", log);
-            int port = harness::free_port();
+                env = testcommon::with_lib(env, kLib, "info", log);
+            int port = testcommon::free_port();
             std::string conf = td / ("nginx" + std::to_string(with) + ".conf");
             std::string t = td.path();
-            BOOST_REQUIRE(harness::write_file(
+            BOOST_REQUIRE(testcommon::write_file(
                 conf, "daemon off;\nmaster_process on;\nworker_processes 2;\nerror_log stderr;\n"
                       "pid " + t + "/nginx" + std::to_string(with) + ".pid;\n"
                       "events { worker_connections 64; }\n"
@@ -420,15 +424,15 @@ BOOST_AUTO_TEST_CASE(nginx_workers_serve_file, *boost::unit_test::precondition(I
                       "  scgi_temp_path " + t + "/scgi;\n"
                       "  server {\n    listen 127.0.0.1:" + std::to_string(port) + ";\n"
                       "    root " + www + ";\n  }\n}\n"));
-            harness::Child::Options o;
+            testcommon::Proc::Options o;
             o.err_file = td / ("nginx" + std::to_string(with) + ".err");
-            harness::Child srv({program("nginx"), "-e", "stderr", "-p", t, "-c", conf}, env, o);
+            testcommon::Proc srv({program("nginx"), "-e", "stderr", "-p", t, "-c", conf}, env, o);
             BOOST_REQUIRE(srv.started());
-            BOOST_REQUIRE_MESSAGE(harness::wait_listening(port, 10000),
-                                  "nginx did not listen\n" << harness::read_file(o.err_file));
+            BOOST_REQUIRE_MESSAGE(testcommon::wait_listening(port, 10000),
+                                  "nginx did not listen\n" << testcommon::read_file(o.err_file));
             std::vector<pid_t> workers;
             for (int i = 0; i < 500 && workers.size() < 2; ++i) {
-                workers = harness::children_of(srv.pid());
+                workers = testcommon::children_of(srv.pid());
                 if (workers.size() < 2)
                     usleep(10000);
             }
@@ -439,66 +443,66 @@ BOOST_AUTO_TEST_CASE(nginx_workers_serve_file, *boost::unit_test::precondition(I
             std::string url = "http://127.0.0.1:" + std::to_string(port);
             std::string got = td / ("got" + std::to_string(with) + ".bin");
             for (int i = 0; i < 3; ++i) {  // several connections, likely spread over both workers
-                Result c = harness::run({program("curl"), "-sS", "-o", got, "-w", "%{http_code}", url + "/blob.bin"},
+                Result c = testcommon::run({program("curl"), "-sS", "-o", got, "-w", "%{http_code}", url + "/blob.bin"},
                                         env, 30000);
                 BOOST_CHECK_EQUAL(c.out, "200");
                 bool ok = false;
-                std::string body = harness::read_file(got, &ok);
+                std::string body = testcommon::read_file(got, &ok);
                 BOOST_CHECK_MESSAGE(ok && body == data, "the fetched file differs from the served one ("
                                                             << body.size() << " bytes)");
             }
-            Result nf = harness::run({program("curl"), "-sS", "-o", "/dev/null", "-w", "%{http_code}", url + "/none"},
+            Result nf = testcommon::run({program("curl"), "-sS", "-o", "/dev/null", "-w", "%{http_code}", url + "/none"},
                                      env, 30000);
             BOOST_CHECK_EQUAL(nf.out, "404");
             int st = srv.stop(SIGQUIT, 10000);
             BOOST_CHECK_MESSAGE(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nginx status " << st << "\n"
-                                                                       << harness::read_file(o.err_file));
+                                                                       << testcommon::read_file(o.err_file));
         }
     }
-    harness::LogCheck lc = checked_log(log);
+    testcommon::CloseLog lc = checked_log(log);
     size_t big = 0;
     for (auto &f : lc.closes)
         if (f.at("role") == "server" && std::stoll(f.at("bytes_sent")) >= (1 << 20))
             ++big;
-    BOOST_CHECK_MESSAGE(big >= 3, "the workers did not log the three 1 MiB responses\n" << harness::read_file(log));
+    BOOST_CHECK_MESSAGE(big >= 3, "the workers did not log the three 1 MiB responses\n" << testcommon::read_file(log));
     BOOST_CHECK_GE(count_role(lc, "client"), 4u);
 }
 
 BOOST_AUTO_TEST_CASE(python_http_server, *boost::unit_test::precondition(Installed{{"python3", "curl"}}))
 {
     require_lib();
-    harness::TempDir td;
+    testcommon::TempDir td;
     const std::string log = td / "rdmasock.log";
     const std::string www = td / "www";
     BOOST_REQUIRE(mkdir(www.c_str(), 0755) == 0);
     const std::string data = blob(300000);
-    BOOST_REQUIRE(harness::write_file(www + "/blob.bin", data));
+    BOOST_REQUIRE(testcommon::write_file(www + "/blob.bin", data));
     std::string listing[2];
     for (int with = 0; with < 2; ++with) {
         BOOST_TEST_CONTEXT((with ? "with" : "without") << " the library")
         {
-            Env env = harness::base_env();
+            Env env = testcommon::base_env();
             if (with)
-                env = harness::with_lib(env, kLib, "info", log);
-            int port = harness::free_port();
-            harness::Child::Options o;
+                env = testcommon::with_lib(env, kLib, "info", log);
+            int port = testcommon::free_port();
+            testcommon::Proc::Options o;
             o.err_file = td / ("http" + std::to_string(with) + ".err");
-            harness::Child srv({program("python3"), "-m", "http.server", std::to_string(port), "--bind",
+            testcommon::Proc srv({program("python3"), "-m", "http.server", std::to_string(port), "--bind",
                                 "127.0.0.1", "--directory", www},
                                env, o);
             BOOST_REQUIRE(srv.started());
-            BOOST_REQUIRE_MESSAGE(harness::wait_listening(port, 15000),
-                                  "http.server did not listen\n" << harness::read_file(o.err_file));
+            BOOST_REQUIRE_MESSAGE(testcommon::wait_listening(port, 15000),
+                                  "http.server did not listen\n" << testcommon::read_file(o.err_file));
             std::string url = "http://127.0.0.1:" + std::to_string(port);
-            Result c = harness::run({program("curl"), "-sS", url + "/blob.bin"}, env, 30000);
+            Result c = testcommon::run({program("curl"), "-sS", url + "/blob.bin"}, env, 30000);
             BOOST_CHECK_EQUAL(c.exit_code(), 0);
             BOOST_CHECK_MESSAGE(c.out == data, "the body differs from the file (" << c.out.size() << " bytes)");
-            Result l = harness::run({program("curl"), "-sS", url + "/"}, env, 30000);
+            Result l = testcommon::run({program("curl"), "-sS", url + "/"}, env, 30000);
             BOOST_CHECK_EQUAL(l.exit_code(), 0);
             listing[with] = l.out;
             // http.server closes each connection before it accepts the next one: the
             // server lines of the first two requests are logged before this one is served.
-            Result h = harness::run({program("curl"), "-sS", "-o", "/dev/null", "-w", "%{http_code}", url + "/none"},
+            Result h = testcommon::run({program("curl"), "-sS", "-o", "/dev/null", "-w", "%{http_code}", url + "/none"},
                                     env, 30000);
             BOOST_CHECK_EQUAL(h.out, "404");
             srv.stop(SIGTERM, 5000);
@@ -506,7 +510,7 @@ BOOST_AUTO_TEST_CASE(python_http_server, *boost::unit_test::precondition(Install
     }
     BOOST_CHECK(listing[0].find("blob.bin") != std::string::npos);
     BOOST_CHECK_EQUAL(listing[0], listing[1]);
-    harness::LogCheck lc = checked_log(log);
+    testcommon::CloseLog lc = checked_log(log);
     BOOST_CHECK_GE(count_role(lc, "client"), 2u);
     BOOST_CHECK_GE(count_role(lc, "server"), 2u);
 }
@@ -536,7 +540,7 @@ struct CanSetuid {
 // The trusted system library directory: where this process's libc lives.
 std::string system_libdir()
 {
-    for (auto &l : harness::split_lines(harness::read_file("/proc/self/maps"))) {
+    for (auto &l : testcommon::split_lines(testcommon::read_file("/proc/self/maps"))) {
         size_t slash = l.find('/');
         if (slash == std::string::npos)
             continue;
@@ -567,8 +571,8 @@ struct SuidLib {
         name = "librdmasock-suidtest-" + std::to_string(getpid()) + ".so";
         path = dir + "/" + name;
         bool ok = false;
-        std::string lib = harness::read_file(kLib, &ok);
-        if (!ok || !harness::write_file(path, lib, 0755) || chmod(path.c_str(), 04755) != 0)
+        std::string lib = testcommon::read_file(kLib, &ok);
+        if (!ok || !testcommon::write_file(path, lib, 0755) || chmod(path.c_str(), 04755) != 0)
             path.clear();
     }
     ~SuidLib()
@@ -591,7 +595,7 @@ struct Inspection {
 
 long auxv_value(pid_t pid, unsigned long type)
 {
-    std::string a = harness::read_file("/proc/" + std::to_string(pid) + "/auxv");
+    std::string a = testcommon::read_file("/proc/" + std::to_string(pid) + "/auxv");
     for (size_t off = 0; off + 16 <= a.size(); off += 16) {
         unsigned long t, v;
         memcpy(&t, a.data() + off, 8);
@@ -608,12 +612,12 @@ Inspection inspect(const std::string &exe, const Env &env, const std::string &li
 {
     Inspection in;
     passwd *pw = getpwnam("nobody");
-    harness::Child::Options o;
+    testcommon::Proc::Options o;
     o.pipe_in = o.pipe_out = true;
     o.uid = pw->pw_uid;
     o.gid = pw->pw_gid;
     o.err_file = errfile;
-    harness::Child ch({exe, "suid-hold"}, env, o);
+    testcommon::Proc ch({exe, "suid-hold"}, env, o);
     if (!ch.started())
         return in;
     for (int i = 0; i < 5; ++i) {
@@ -627,7 +631,7 @@ Inspection inspect(const std::string &exe, const Env &env, const std::string &li
     std::string proc = "/proc/" + std::to_string(ch.pid());
     in.at_secure = auxv_value(ch.pid(), 23 /* AT_SECURE */);
     in.lib_mapped = maps_file(ch.pid(), lib);
-    std::string maps = harness::read_file(proc + "/maps");
+    std::string maps = testcommon::read_file(proc + "/maps");
     in.rdma_mapped = maps.find("/dev/infiniband") != std::string::npos ||
                      std::regex_search(maps, std::regex(R"(-rdmav\d+\.so)"));
     in.threads = 0;
@@ -642,7 +646,7 @@ Inspection inspect(const std::string &exe, const Env &env, const std::string &li
                 in.fds.insert(atoi(e->d_name));
         closedir(d);
     }
-    in.log_created = harness::file_exists(log);
+    in.log_created = testcommon::file_exists(log);
     ch.close_stdin();
     if (ch.wait(10000))
         in.status = ch.status();
@@ -655,8 +659,8 @@ Inspection inspect(const std::string &exe, const Env &env, const std::string &li
 BOOST_AUTO_TEST_CASE(setuid_passthrough, *boost::unit_test::precondition(CanSetuid{}))
 {
     require_lib();
-    BOOST_REQUIRE(harness::file_exists(kProbe));
-    harness::TempDir td;
+    BOOST_REQUIRE(testcommon::file_exists(kProbe));
+    testcommon::TempDir td;
     struct statvfs vfs;
     if (statvfs(td.path().c_str(), &vfs) == 0 && (vfs.f_flag & ST_NOSUID)) {
         std::cerr << "SKIP: " << td.path() << " is on a nosuid file system\n";
@@ -666,25 +670,25 @@ BOOST_AUTO_TEST_CASE(setuid_passthrough, *boost::unit_test::precondition(CanSetu
     SuidLib lib;
     BOOST_REQUIRE_MESSAGE(!lib.path.empty(), "cannot install a setuid copy of the library in " << system_libdir());
     bool ok = false;
-    std::string probe = harness::read_file(kProbe, &ok);
+    std::string probe = testcommon::read_file(kProbe, &ok);
     BOOST_REQUIRE(ok);
     const std::string suid = td / "sockprobe-suid", plain = td / "sockprobe-plain";
-    BOOST_REQUIRE(harness::write_file(suid, probe, 0755) && chown(suid.c_str(), 0, 0) == 0 &&
+    BOOST_REQUIRE(testcommon::write_file(suid, probe, 0755) && chown(suid.c_str(), 0, 0) == 0 &&
                   chmod(suid.c_str(), 04755) == 0);
-    BOOST_REQUIRE(harness::write_file(plain, probe, 0755) && chown(plain.c_str(), 0, 0) == 0);
+    BOOST_REQUIRE(testcommon::write_file(plain, probe, 0755) && chown(plain.c_str(), 0, 0) == 0);
     const std::string logdir = td / "logs";
     BOOST_REQUIRE(mkdir(logdir.c_str(), 0777) == 0 && chmod(logdir.c_str(), 01777) == 0);
     const std::string log = logdir + "/x.log";
-    Env env = harness::base_env();
+    Env env = testcommon::base_env();
     // No slash: in secure-execution mode glibc preloads only a setuid library from the
     // system directories, by name.
-    harness::set_var(env, "LD_PRELOAD", lib.name);
-    harness::set_var(env, "RDMASOCK_LOG_LEVEL", "debug");
-    harness::set_var(env, "RDMASOCK_LOG_FILE", log);
+    testcommon::set_var(env, "LD_PRELOAD", lib.name);
+    testcommon::set_var(env, "RDMASOCK_LOG_LEVEL", "debug");
+    testcommon::set_var(env, "RDMASOCK_LOG_FILE", log);
     const std::string transcript = "exchange = 1\nfds 3 4 5\nready\n";
 
     Inspection s = inspect(suid, env, lib.path, log, td / "suid.err");
-    BOOST_TEST_CONTEXT("setuid run: " << s.out << harness::read_file(td / "suid.err"))
+    BOOST_TEST_CONTEXT("setuid run: " << s.out << testcommon::read_file(td / "suid.err"))
     {
         BOOST_REQUIRE_MESSAGE(s.at_secure == 1, "the setuid copy did not run in secure-execution mode");
         BOOST_REQUIRE_MESSAGE(s.lib_mapped, "glibc did not preload the library: the test would prove nothing");
@@ -701,7 +705,7 @@ BOOST_AUTO_TEST_CASE(setuid_passthrough, *boost::unit_test::precondition(CanSetu
     // The same program without the setuid bit, same environment: the library is active,
     // so the checks above can fail.
     Inspection p = inspect(plain, env, lib.path, log, td / "plain.err");
-    BOOST_TEST_CONTEXT("non-setuid run: " << p.out << harness::read_file(td / "plain.err"))
+    BOOST_TEST_CONTEXT("non-setuid run: " << p.out << testcommon::read_file(td / "plain.err"))
     {
         BOOST_CHECK_EQUAL(p.at_secure, 0);
         BOOST_CHECK(p.lib_mapped);

@@ -59,6 +59,8 @@
 #include <utility>
 #include <vector>
 
+#include "tests/common/io.hh"
+
 namespace {
 
 /* ---- output ------------------------------------------------------------------------ */
@@ -590,20 +592,7 @@ bool write_all(int fd, const void *p, size_t n)
 }
 
 // Read exactly n bytes (or to EOF / error); returns the count read.
-size_t read_n(int fd, void *p, size_t n)
-{
-    auto *c = static_cast<uint8_t *>(p);
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = read(fd, c + done, n - done);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        done += static_cast<size_t>(r);
-    }
-    return done;
-}
+using testcommon::read_n;
 
 struct TxResult {
     uint64_t sent = 0;

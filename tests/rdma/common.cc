@@ -9,22 +9,7 @@
 #include <regex>
 #include <thread>
 
-#include "rdma/probe.hh"
-
 namespace rdmasock::test {
-
-int require_device() noexcept
-{
-    rdma::ProbeResult r = rdma::probe_devices();
-    if (r.active_ports > 0)
-        return 0;
-    std::printf("SKIP: no RDMA device (run via make check-rdma)%s\n",
-                r.devices > 0 ? ": devices exist but no port is active" : "");
-    if (const char *vm = std::getenv("RDMASOCK_VM"); vm != nullptr && *vm == '1')
-        std::printf("note: RDMASOCK_VM=1 yet no active device: the VM's soft-RoCE setup failed\n");
-    std::fflush(stdout);
-    return 77;
-}
 
 namespace {
 
@@ -164,12 +149,6 @@ Buffer::Buffer(size_t n) : size(n)
 Buffer::~Buffer()
 {
     std::free(data);
-}
-
-double now_ms() noexcept
-{
-    using namespace std::chrono;
-    return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace rdmasock::test

@@ -13,12 +13,13 @@
 #include <netinet/in.h>
 
 #include "rdma/owners.hh"
+#include "tests/common/device.hh"
+#include "tests/common/time.hh"
 
 namespace rdmasock::test {
 
-// 0 when a device with an active port exists; otherwise prints the SKIP line and
-// returns 77.
-int require_device() noexcept;
+// Milliseconds on the monotonic clock.
+using testcommon::now_ms;
 
 // The device under test: $RDMASOCK_VM_DEV, else the first device with an active port.
 std::string device_name();
@@ -55,9 +56,6 @@ struct Buffer {
     size_t size = 0;
 };
 
-// Milliseconds on the monotonic clock.
-double now_ms() noexcept;
-
 }  // namespace rdmasock::test
 
 // The program's main: skip without a device, else Boost.Test.  Needs BOOST_TEST_NO_MAIN
@@ -65,7 +63,7 @@ double now_ms() noexcept;
 #define RDMA_DEVICE_TEST_MAIN                                                          \
     int main(int argc, char **argv)                                                    \
     {                                                                                  \
-        if (int rc = ::rdmasock::test::require_device(); rc != 0)                      \
+        if (int rc = ::testcommon::require_device("make check-rdma"); rc != 0)        \
             return rc;                                                                 \
         return ::boost::unit_test::unit_test_main(&init_unit_test, argc, argv);        \
     }

@@ -1,0 +1,69 @@
+#include "tests/common/closelog.hh"
+
+#include <regex>
+#include <sstream>
+
+namespace testcommon {
+
+CloseLog check_close_log(const std::string &text, bool warnings_allowed)
+{
+    static const std::regex line_re(R"(^rdmasock\[(\d+)\]: (error|warn|info|debug|trace): (.*)$)");
+    static const std::regex addr_re(R"(^(\d+\.\d+\.\d+\.\d+|\[[0-9a-fA-F:.]+\]):\d+$)");
+    static const std::regex num_re(R"(^\d+$)");
+    CloseLog lc;
+    for (auto &line : split_lines(text)) {
+        std::smatch m;
+        if (!std::regex_match(line, m, line_re)) {
+            lc.problems.push_back("malformed log line: " + line);
+            continue;
+        }
+        std::string level = m[2], msg = m[3];
+        if (level == "error" || (level == "warn" && !warnings_allowed)) {
+            lc.problems.push_back("unexpected " + level + " line: " + line);
+            continue;
+        }
+        if (msg.rfind("event=close ", 0) != 0)
+            continue;
+        Fields f;
+        f["pid"] = m[1];
+        f["level"] = level;
+        std::vector<std::string> keys;
+        std::istringstream is(msg);
+        std::string tok;
+        bool bad = false;
+        while (is >> tok) {
+            size_t eq = tok.find('=');
+            if (eq == std::string::npos || eq == 0) {
+                bad = true;
+                break;
+            }
+            keys.push_back(tok.substr(0, eq));
+            f[tok.substr(0, eq)] = tok.substr(eq + 1);
+        }
+        std::vector<std::string> want = {"event", "fd", "role", "local", "peer", "transport"};
+        auto t = f.find("transport");
+        if (t == f.end() || t->second != "rdma")
+            want.push_back("reason");
+        want.push_back("bytes_sent");
+        want.push_back("bytes_received");
+        if (bad || keys != want)
+            lc.problems.push_back("close line keys not as documented: " + line);
+        else if (level != "info")
+            lc.problems.push_back("close line not at level info: " + line);
+        else if (!std::regex_match(f["fd"], num_re) || !std::regex_match(f["bytes_sent"], num_re) ||
+                 !std::regex_match(f["bytes_received"], num_re))
+            lc.problems.push_back("close line with a non-numeric value: " + line);
+        else if (f["role"] != "client" && f["role"] != "server")
+            lc.problems.push_back("close line with role " + f["role"] + ": " + line);
+        else if (!std::regex_match(f["local"], addr_re) || !std::regex_match(f["peer"], addr_re))
+            lc.problems.push_back("close line with a malformed address: " + line);
+        else if (f["transport"] != "tcp" && f["transport"] != "rdma")
+            lc.problems.push_back("close line with transport " + f["transport"] + ": " + line);
+        else if (f["transport"] == "tcp" && f["reason"].empty())
+            lc.problems.push_back("tcp close line without a reason: " + line);
+        lc.closes.push_back(f);
+    }
+    return lc;
+}
+
+}  // namespace testcommon
