@@ -278,6 +278,66 @@ BOOST_AUTO_TEST_CASE(launcher_runs_program)
     Result c = testcommon::run({launcher, "--lib", kLib, program("sh"), "-c", "exit 3"}, env, 30000);
     BOOST_CHECK_EQUAL(c.exit_code(), 3);
 }
+
+// The offload rules (rdmasock.conf(5)), named by RDMASOCK_RULES_FILE: in one python3
+// process, a client rule keeps its connection to port A on TCP and a server rule the
+// connections its listener on port B accepts, both with reason rule; the other two ends
+// (the server end on A, the client end to B) are not decided by a rule.  The library
+// warns about nothing (a well-formed file), and `rdmasock rules test` names the same
+// lines, exit 1 for tcp and 0 for no rule.
+BOOST_AUTO_TEST_CASE(offload_rules_keep_connections_on_tcp, *boost::unit_test::precondition(Installed{{"python3"}}))
+{
+    require_lib();
+    const std::string launcher = RDMASOCK_LAUNCHER;
+    testcommon::TempDir td;
+    const int a = testcommon::free_port(), b = testcommon::free_port();
+    const std::string rules = td / "rules.conf";
+    BOOST_REQUIRE(testcommon::write_file(rules, "# rules of the test\n"
+                                                "tcp  python3*  client  127.0.0.1  " + std::to_string(a) + "\n"
+                                                "tcp  *         server  *          " + std::to_string(b) + "\n"
+                                                "RDMASOCK_NEG_CACHE_MS=0\n"));
+    const std::string log = td / "rules.log";
+    Env env = testcommon::with_lib(testcommon::base_env(), kLib, "info", log);
+    testcommon::set_var(env, "RDMASOCK_RULES_FILE", rules);
+    const std::string script =
+        "import socket\n"
+        "def pair(port):\n"
+        "    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "    l.bind(('127.0.0.1', port)); l.listen(1)\n"
+        "    c = socket.create_connection(('127.0.0.1', port)); s, _ = l.accept()\n"
+        "    c.sendall(b'ping'); assert s.recv(4) == b'ping'\n"
+        "    s.close(); c.close(); l.close()\n"
+        "pair(" + std::to_string(a) + "); pair(" + std::to_string(b) + "); print('ok')\n";
+    Result r = testcommon::run({program("python3"), "-c", script}, env, 30000);
+    BOOST_CHECK_MESSAGE(r.exit_code() == 0 && r.out == "ok\n", r.describe());
+    testcommon::CloseLog lc = checked_log(log);
+    BOOST_REQUIRE_EQUAL(lc.closes.size(), 4u);
+    auto reason_of = [&](const std::string &role, const std::string &end, int port) {
+        for (auto &f : lc.closes)
+            if (f.at("role") == role && f.at(end) == "127.0.0.1:" + std::to_string(port))
+                return f.count("reason") ? f.at("reason") : std::string("(none)");
+        return std::string("(no line)");
+    };
+    BOOST_CHECK_EQUAL(reason_of("client", "peer", a), "rule");
+    BOOST_CHECK_EQUAL(reason_of("server", "local", b), "rule");
+    BOOST_CHECK_NE(reason_of("server", "local", a), "rule");
+    BOOST_CHECK_NE(reason_of("client", "peer", b), "rule");
+    BOOST_CHECK_NE(reason_of("server", "local", a), "(no line)");
+    BOOST_CHECK_NE(reason_of("client", "peer", b), "(no line)");
+
+    testcommon::set_var(env, "LD_PRELOAD", "");
+    Result t1 = testcommon::run({launcher, "rules", "test", "python3", "client", "127.0.0.1:" + std::to_string(a)}, env, 10000);
+    BOOST_CHECK_EQUAL(t1.exit_code(), 1);
+    BOOST_CHECK_EQUAL(t1.out, "tcp: " + rules + ":2: tcp  python3*  client  127.0.0.1  " + std::to_string(a) + "\n");
+    Result t2 = testcommon::run({launcher, "rules", "test", "python3", "server", "127.0.0.1:" + std::to_string(a)}, env, 10000);
+    BOOST_CHECK_EQUAL(t2.exit_code(), 0);
+    BOOST_CHECK_EQUAL(t2.out, "rdma: no rule in " + rules + " matches\n");
+    Result t3 = testcommon::run({launcher, "rules", "test", "x", "server", "[::1]:" + std::to_string(b)}, env, 10000);
+    BOOST_CHECK_EQUAL(t3.exit_code(), 1);
+    BOOST_CHECK(t3.err.empty());
+    Result t4 = testcommon::run({launcher, "rules", "test", "x", "peer", "1.2.3.4:5"}, env, 10000);
+    BOOST_CHECK_EQUAL(t4.exit_code(), 2);
+}
 #endif
 
 /* ---- servers and clients on loopback ------------------------------------------------ */
