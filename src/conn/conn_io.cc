@@ -262,8 +262,14 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
         if (p == Phase::tcp || (p == Phase::rdma && (flags & MSG_OOB))) {
             // Plain TCP, or urgent data (on the TCP socket).
             lk.unlock();
-            ssize_t r = RS_REAL(recvmsg)(fd, msg, flags);
-            return r < 0 ? -errno : r;
+            if (done == 0) {
+                ssize_t r = RS_REAL(recvmsg)(fd, msg, flags);
+                return r < 0 ? -errno : r;
+            }
+            // Decided for TCP while this call (MSG_WAITALL) waited with some bytes
+            // already in the program's buffer: the rest goes after them.
+            ssize_t r = iov::tcp_recv_at(fd, msg, done, total - done, flags);
+            return static_cast<ssize_t>(done) + (r > 0 ? r : 0);
         }
         if (p != Phase::rdma) {  // before the switch: the TCP socket, counted
             const ssize_t r = recv_presw_locked(lk, fd, msg, flags, total, done, dl);

@@ -612,6 +612,40 @@ void async_late_accept()
     }
 }
 
+// A blocking recv(MSG_WAITALL) that already holds part of its bytes when the background
+// negotiation decides for TCP (the server runs no rdmasock; it sends the first 1000
+// bytes at once and the rest 5 s later, long after the client's probe was rejected)
+// returns all 4000 bytes in order: the rest goes after what the call already holds.
+void async_waitall_across_fallback()
+{
+    const std::string name = "async/waitall_across_fallback";
+    WorkDir dir;
+    dir.keep = cfg.keep;
+    const std::string port = std::to_string(free_port());
+    const std::string data = "d = bytes(i % 251 for i in range(4000))\n";
+    const std::string server = "import socket, sys, time\n" + data +
+                               "l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                               "l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(1); print('ready', flush=True)\n"
+                               "c, _ = l.accept(); c.sendall(d[:1000]); time.sleep(5); c.sendall(d[1000:]); c.close()\n";
+    const std::string client = "import socket, sys\n" + data +
+                               "s = socket.create_connection((sys.argv[1], int(sys.argv[2])))\n"
+                               "b = s.recv(4000, socket.MSG_WAITALL)\n"
+                               "print('ok' if b == d else 'got %d bytes, first %d' % (len(b), b[0] if b else -1), flush=True)\n"
+                               "s.close()\n";
+    Side plain;
+    plain.lib = false;
+    Proc ps({"/usr/bin/python3", "-c", server, cfg.addr, port}, side_env(plain, dir, "server"), dir / "server.err");
+    BOOST_REQUIRE_MESSAGE(ps.read_line(20000) == "ready", name << ": the server did not start: " << read_file(dir / "server.err"));
+    Proc pc({"/usr/bin/python3", "-c", client, cfg.addr, port}, side_env(async_side(), dir, "client"), dir / "client.err");
+    const std::string got = pc.read_line(30000);
+    BOOST_CHECK_MESSAGE(got == "ok", name << ": recv(MSG_WAITALL): " << got << " " << read_file(dir / "client.err"));
+    BOOST_CHECK(pc.wait(10000));
+    BOOST_CHECK(ps.wait(10000));
+    CloseLog lc = check_close_log(read_file(peer_log_file(dir, "client")), true);
+    BOOST_CHECK_MESSAGE(lc.closes.size() == 1 && field(lc.closes[0], "reason") == "peer_no_rdmasock",
+                        name << ": want one close line with reason peer_no_rdmasock, got " << lc.closes.size());
+}
+
 // Event-driven peers: nonblocking sockets, every EAGAIN waits with poll, select or a
 // level-triggered epoll registration (one per thread and direction); a wait that sees
 // nothing for 10 s while bytes are due is a lost wake-up.  The server writes a banner
@@ -2006,6 +2040,7 @@ bool init_tests()
     auto *as = BOOST_TEST_SUITE("async");
     add(as, "streams", async_streams);
     add(as, "late_accept", async_late_accept);
+    add(as, "waitall_across_fallback", async_waitall_across_fallback);
     add(as, "cost", [] { connection_cost("async/cost", false, true); });
     master.add(as);
 
