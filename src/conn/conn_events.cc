@@ -46,8 +46,14 @@ void Conn::take_imm_locked(uint32_t imm) noexcept
     case Kind::reset:
         break;
     case Kind::prefix:
-        if (side_ != Side::client || !sw_.accept_prefix(f.value))
+        if (side_ != Side::client || !sw_.accept_prefix(f.value)) {
             fail("unexpected PREFIX");
+            break;
+        }
+        // A TCP EOF seen before the server's switch ended its TCP bytes (a shutdown
+        // before its switch); from the switch on it is the peer's liveness again.
+        if (tcp_.eof)
+            start_grace_locked();
         break;
     case Kind::switch_at:
         if (side_ != Side::server || !sw_.accept_switch(f.value)) {
@@ -164,7 +170,10 @@ void Conn::on_tcp_event(unsigned events) noexcept
     if (events & (POLLRDHUP | POLLHUP | POLLERR)) {
         if (!tcp_.eof) {
             tcp_.eof = true;
-            tcp_.grace_deadline = Clock::now() + std::chrono::milliseconds(rt::config().peer_grace_ms);
+            // (A client whose server has not switched yet waits for its PREFIX: the
+            // server may have shut down writing before its switch.)
+            if (side_ != Side::client || sw_.prefix_known())
+                start_grace_locked();
         }
         if ((events & (POLLHUP | POLLERR)) && !ring_.st.peer_fin)
             fail("the TCP connection was reset");
@@ -180,10 +189,15 @@ void Conn::on_tcp_event(unsigned events) noexcept
     }
 }
 
+void Conn::start_grace_locked() noexcept
+{
+    tcp_.grace_deadline = Clock::now() + std::chrono::milliseconds(rt::config().peer_grace_ms);
+}
+
 bool Conn::on_timer(Clock::time_point now) noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!tcp_.eof || ring_.st.peer_fin || ring_.st.reset)
+    if (!tcp_.eof || ring_.st.peer_fin || ring_.st.reset || tcp_.grace_deadline.time_since_epoch().count() == 0)
         return false;
     if (now < tcp_.grace_deadline)
         return true;

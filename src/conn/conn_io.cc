@@ -494,6 +494,10 @@ int Conn::shutdown(int fd, int how) noexcept
     if (side_ == Side::client && sw_.phase() == Phase::maybe)
         decide_tcp_locked(Reason::closed_early);  // a switch could not send its CONFIRM
     if (sw_.phase() != Phase::rdma) {
+        // A server that has not switched yet: its FIN goes into the TCP stream after its
+        // TCP bytes; if the connection switches all the same, the ring's end of the
+        // stream follows it (try_confirm_locked).
+        sw_.note_tcp_shutdown(how);
         lk.unlock();
         return RS_REAL(shutdown)(fd, how) < 0 ? -errno : 0;
     }

@@ -222,6 +222,16 @@ int Conn::try_confirm_locked() noexcept
         return 1;
     }
     enter_rdma_locked(Switchover::Event::server_switch, socket_rcvlowat(tcp_fd_));
+    if (sw_.tcp_shut_rd())
+        ring_.st.shut_rd = true;
+    if (sw_.tcp_shut_wr()) {
+        // The program shut down writing before the switch (its FIN is in the TCP stream
+        // after the prefix): the client's end of the stream comes over RDMA too, right
+        // after the PREFIX, so the TCP FIN is not taken for a peer that died.
+        ring_.st.shut_wr = true;
+        if (ring_.post_ctrl(neg::Imm::fin, 0) == 0)
+            ring_.st.fin_sent = true;
+    }
     if (sw_.stop_verify_watch())
         refresh_watch();
     // No eventfd update here: it could drain the wake-up just written before the

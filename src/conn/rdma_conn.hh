@@ -219,12 +219,12 @@ private:
     using Deadline = waits::Deadline;
 
     // All *_locked functions need mu_ held.
-    // --- completions (rdma_conn.cc) ---
+    // --- completions (conn_events.cc) ---
     void poll_cq_locked() noexcept;
     void take_imm_locked(uint32_t imm) noexcept;
     // Client: write (the rest of) the CONFIRM once the SWITCH has completed.
     void push_confirm_locked() noexcept;
-    // --- the switch (rdma_conn.cc) ---
+    // --- the switch (conn_switch.cc) ---
     // Before the switch (phases maybe, verifying): decide what can be decided now.
     // Returns 1 switched, -1 decided tcp, 0 still undecided.
     int presw_step_locked() noexcept;
@@ -240,7 +240,9 @@ private:
     // The connection is committed to RDMA but cannot go on: rdma, then reset.
     void enter_rdma_broken_locked(const char *why) noexcept;
     void decide_tcp_locked(Reason why) noexcept;
-    // --- readiness (rdma_conn.cc) ---
+    // The peer's TCP connection ended: without its RDMA FIN within the grace time, it died.
+    void start_grace_locked() noexcept;
+    // --- readiness (conn_events.cc) ---
     void update_shadows_locked(bool force = false) noexcept;
     bool readable_locked() const noexcept;
     bool writable_locked() const noexcept;

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <sys/socket.h>
 
 #include "base/reason.hh"
 #include "wire/negotiate.hh"
@@ -54,6 +55,15 @@ public:
 
     // --- TCP bytes before the switch ---
     uint64_t tcp_sent() const noexcept { return tcp_sent_; }
+    // The program shut the TCP socket down (shutdown(2) before the switch): what the
+    // ring's end of the stream must say once the connection switches all the same.
+    void note_tcp_shutdown(int how) noexcept
+    {
+        tcp_shut_rd_ = tcp_shut_rd_ || how != SHUT_WR;
+        tcp_shut_wr_ = tcp_shut_wr_ || how != SHUT_RD;
+    }
+    bool tcp_shut_rd() const noexcept { return tcp_shut_rd_; }
+    bool tcp_shut_wr() const noexcept { return tcp_shut_wr_; }
     uint64_t tcp_read() const noexcept { return tcp_read_; }
     void sent_on_tcp(uint64_t n) noexcept { tcp_sent_ += n; }
     // The program took `n` bytes from the TCP socket: counted before the server's PREFIX
@@ -150,6 +160,8 @@ private:
     neg::Nonce nonce_{};
     uint64_t tcp_sent_ = 0;      // bytes sent on TCP before the switch
     uint64_t tcp_read_ = 0;      // TCP bytes read before the peer's PREFIX / SWITCH
+    bool tcp_shut_rd_ = false;   // shutdown(2) before the switch
+    bool tcp_shut_wr_ = false;
     bool prefix_known_ = false;  // client: PREFIX received
     uint64_t prefix_left_ = 0;   // client: TCP bytes still to read before the ring
     uint64_t switch_wr_ = 0;     // client: the SWITCH's work request

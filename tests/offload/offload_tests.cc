@@ -646,6 +646,62 @@ void async_waitall_across_fallback()
                         name << ": want one close line with reason peer_no_rdmasock, got " << lc.closes.size());
 }
 
+// A server that shuts down writing before its switch: its FIN is in the TCP stream after
+// its bytes, and the client, switched already, must read those bytes and then EOF, not
+// take the TCP FIN for a server that died (a reset after the grace time).  The server
+// holds its switch: the client's first 100 bytes come before the SWITCH's offset and the
+// server reads only 1 of them, then writes 1000 bytes, shuts down writing, waits 1 s
+// (longer than the grace time), and reads the rest; the client, having read everything
+// and the EOF, writes 10 more bytes half a second later (a reset would fail them).
+void async_shutdown_before_switch()
+{
+    const std::string name = "async/shutdown_before_switch";
+    WorkDir dir;
+    dir.keep = cfg.keep;
+    const std::string port = std::to_string(free_port());
+    const std::string data = "d = bytes(i % 251 for i in range(1000))\n";
+    const std::string server = "import socket, sys, time\n" + data +
+                               "l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                               "l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(1); print('ready', flush=True)\n"
+                               "c, _ = l.accept(); got = c.recv(1); time.sleep(1)\n"
+                               "c.sendall(d); c.shutdown(socket.SHUT_WR); time.sleep(1)\n"
+                               "while len(got) < 110:\n"
+                               "    b = c.recv(110 - len(got))\n"
+                               "    if not b: break\n"
+                               "    got += b\n"
+                               "rest = c.recv(10)\n"
+                               "print('ok' if got == bytes(110) and rest == b'' else 'server got %d bytes' % len(got), flush=True)\n"
+                               "c.close()\n";
+    const std::string client = "import socket, sys, time\n" + data +
+                               "s = socket.create_connection((sys.argv[1], int(sys.argv[2]))); s.sendall(bytes(100))\n"
+                               "b = b''\n"
+                               "try:\n"
+                               "    while True:\n"
+                               "        x = s.recv(4096)\n"
+                               "        if not x: break\n"
+                               "        b += x\n"
+                               "    time.sleep(0.5); s.sendall(bytes(10))\n"
+                               "    print('ok' if b == d else 'got %d bytes' % len(b), flush=True)\n"
+                               "except OSError as e:\n"
+                               "    print('error after %d bytes: %s' % (len(b), e), flush=True)\n"
+                               "s.close()\n";
+    Proc ps({"/usr/bin/python3", "-c", server, cfg.addr, port}, side_env(async_side(), dir, "server"), dir / "server.err");
+    BOOST_REQUIRE_MESSAGE(ps.read_line(20000) == "ready", name << ": the server did not start: " << read_file(dir / "server.err"));
+    Proc pc({"/usr/bin/python3", "-c", client, cfg.addr, port}, side_env(async_side(), dir, "client"), dir / "client.err");
+    const std::string c = pc.read_line(30000);
+    BOOST_CHECK_MESSAGE(c == "ok", name << ": client: " << c << " " << read_file(dir / "client.err"));
+    const std::string sv = ps.read_line(30000);
+    BOOST_CHECK_MESSAGE(sv == "ok", name << ": server: " << sv << " " << read_file(dir / "server.err"));
+    BOOST_CHECK(pc.wait(10000));
+    BOOST_CHECK(ps.wait(10000));
+    for (const char *side : {"client", "server"}) {
+        CloseLog lc = check_close_log(read_file(peer_log_file(dir, side)), true);
+        BOOST_CHECK_MESSAGE(lc.closes.size() == 1 && field(lc.closes[0], "transport") == "rdma",
+                            name << ": " << side << ": want one close line with transport=rdma, got "
+                                 << lc.closes.size() << (lc.closes.empty() ? "" : " " + field(lc.closes[0], "reason")));
+    }
+}
+
 // Event-driven peers: nonblocking sockets, every EAGAIN waits with poll, select or a
 // level-triggered epoll registration (one per thread and direction); a wait that sees
 // nothing for 10 s while bytes are due is a lost wake-up.  The server writes a banner
@@ -2041,6 +2097,7 @@ bool init_tests()
     add(as, "streams", async_streams);
     add(as, "late_accept", async_late_accept);
     add(as, "waitall_across_fallback", async_waitall_across_fallback);
+    add(as, "shutdown_before_switch", async_shutdown_before_switch);
     add(as, "cost", [] { connection_cost("async/cost", false, true); });
     master.add(as);
 
