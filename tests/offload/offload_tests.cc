@@ -1063,28 +1063,20 @@ void fallback_client_disabled()
     fallback_pair("fallback/client_disabled", s, c, {"peer_no_rdmasock"}, {"disabled"});
 }
 
-// The offload rules (rdmasock.conf(5)): a client rule keeps the client's connections on
-// TCP without a probe (reason rule); its server sees a client without rdmasock.
-void fallback_client_rule()
+// The offload rules (rdmasock.conf(5)), in a file named by RDMASOCK_RULES_FILE for the
+// client or the server.  A client rule keeps the client's connections on TCP without a
+// probe (reason rule; its server sees a client without rdmasock).  A server rule leaves
+// the listener without an RDMA listener: its connections say rule, and the client's
+// probe finds no one (peer_no_rdmasock).
+void fallback_rule(bool server)
 {
     TempDir td;
     const std::string rules = td / "rules.conf";
-    BOOST_REQUIRE(write_file(rules, "tcp  peer  client\n"));
+    BOOST_REQUIRE(write_file(rules, server ? "tcp  *  server  *  *\n" : "tcp  peer  client\n"));
     Side s, c;
-    c.env = {{"RDMASOCK_RULES_FILE", rules}};
-    fallback_pair("fallback/client_rule", s, c, {"peer_no_rdmasock"}, {"rule"}, 2);
-}
-
-// A server rule: the listener opens no RDMA listener, its connections say rule, and the
-// client's probe finds no one (peer_no_rdmasock).
-void fallback_server_rule()
-{
-    TempDir td;
-    const std::string rules = td / "rules.conf";
-    BOOST_REQUIRE(write_file(rules, "tcp  *  server  *  *\n"));
-    Side s, c;
-    s.env = {{"RDMASOCK_RULES_FILE", rules}};
-    fallback_pair("fallback/server_rule", s, c, {"rule"}, {"peer_no_rdmasock"}, 2);
+    (server ? s : c).env = {{"RDMASOCK_RULES_FILE", rules}};
+    fallback_pair(server ? "fallback/server_rule" : "fallback/client_rule", s, c,
+                  {server ? "rule" : "peer_no_rdmasock"}, {server ? "peer_no_rdmasock" : "rule"}, 2);
 }
 
 void fallback_server_disabled()
@@ -2105,8 +2097,8 @@ bool init_tests()
     add(fb, "server_without_lib", fallback_server_without_lib);
     add(fb, "client_without_lib", fallback_client_without_lib);
     add(fb, "client_disabled", fallback_client_disabled);
-    add(fb, "client_rule", fallback_client_rule);
-    add(fb, "server_rule", fallback_server_rule);
+    add(fb, "client_rule", [] { fallback_rule(false); });
+    add(fb, "server_rule", [] { fallback_rule(true); });
     add(fb, "server_disabled", fallback_server_disabled);
     add(fb, "loopback", fallback_loopback);
     add(fb, "nordma_timeout", fallback_nordma_timeout);
