@@ -612,6 +612,13 @@ void async_late_accept()
     }
 }
 
+// The start of a python3 server of the cases below: listen on argv[1]:argv[2], print
+// "ready", accept one connection as c.
+const std::string kPyAccept = "import socket, sys, time\n"
+                              "l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                              "l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(1); print('ready', flush=True)\n"
+                              "c, _ = l.accept()\n";
+
 // A blocking recv(MSG_WAITALL) that already holds part of its bytes when the background
 // negotiation decides for TCP (the server runs no rdmasock; it sends the first 1000
 // bytes at once and the rest 5 s later, long after the client's probe was rejected)
@@ -623,10 +630,8 @@ void async_waitall_across_fallback()
     dir.keep = cfg.keep;
     const std::string port = std::to_string(free_port());
     const std::string data = "d = bytes(i % 251 for i in range(4000))\n";
-    const std::string server = "import socket, sys, time\n" + data +
-                               "l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-                               "l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(1); print('ready', flush=True)\n"
-                               "c, _ = l.accept(); c.sendall(d[:1000]); time.sleep(5); c.sendall(d[1000:]); c.close()\n";
+    const std::string server = kPyAccept + data +
+                               "c.sendall(d[:1000]); time.sleep(5); c.sendall(d[1000:]); c.close()\n";
     const std::string client = "import socket, sys\n" + data +
                                "s = socket.create_connection((sys.argv[1], int(sys.argv[2])))\n"
                                "b = s.recv(4000, socket.MSG_WAITALL)\n"
@@ -660,10 +665,8 @@ void async_shutdown_before_switch()
     dir.keep = cfg.keep;
     const std::string port = std::to_string(free_port());
     const std::string data = "d = bytes(i % 251 for i in range(1000))\n";
-    const std::string server = "import socket, sys, time\n" + data +
-                               "l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-                               "l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(1); print('ready', flush=True)\n"
-                               "c, _ = l.accept(); got = c.recv(1); time.sleep(1)\n"
+    const std::string server = kPyAccept + data +
+                               "got = c.recv(1); time.sleep(1)\n"
                                "c.sendall(d); c.shutdown(socket.SHUT_WR); time.sleep(1)\n"
                                "while len(got) < 110:\n"
                                "    b = c.recv(110 - len(got))\n"
