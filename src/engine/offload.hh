@@ -9,10 +9,6 @@
 #include "process/runtime.hh"
 #include "process/socket.hh"
 
-namespace rdmasock {
-class Conn;
-}
-
 namespace rdmasock::offload {
 
 // connect() made (or, nonblocking, started) the TCP connection `fd`: start negotiating
