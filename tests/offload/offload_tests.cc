@@ -1183,12 +1183,15 @@ void fallback_nordma_timeout()
     BOOST_CHECK_MESSAGE(wait >= 0, name << ": no 'negotiation fd=...: no answer after' debug line\n" << rc.log);
     // The wait for the peer's answer is what RDMASOCK_PROBE_TIMEOUT_MS bounds.
     BOOST_CHECK_MESSAGE(wait <= probe + 50, name << ": waited " << wait << " ms for an answer, probe timeout " << probe);
-    // connect() in all: the probe timeout + address/route resolution and QP/ring set-up and
-    // teardown (tens of ms under TCG, about 1 ms on hardware).
-    const double margin = 150;
-    BOOST_CHECK_MESSAGE(c0 <= probe + margin, name << ": the first connect() took " << c0 << " ms, more than the probe timeout "
-                                                   << probe << " ms + " << margin << " ms (resolution " << route
-                                                   << " ms, set-up " << res << " ms, wait " << wait << " ms)");
+    // connect() in all: address/route resolution and QP/ring set-up (both measured above:
+    // tens to a hundred ms under TCG on a loaded machine, about 1 ms on hardware), then the
+    // probe timeout, then teardown. What connect() adds beyond the measured set-up is bounded.
+    const double margin = 100;
+    const double beyond = c0 - std::max(route, 0.0) - std::max(res, 0.0);
+    BOOST_CHECK_MESSAGE(beyond <= probe + margin, name << ": the first connect() took " << c0 << " ms, " << beyond
+                                                       << " ms of it beyond resolution (" << route << " ms) and set-up ("
+                                                       << res << " ms): more than the probe timeout " << probe
+                                                       << " ms + " << margin << " ms (wait " << wait << " ms)");
     BOOST_CHECK_MESSAGE(c1 < 50 && c2 < 50, name << ": connect() to a peer cached as timed out took " << c1 << " / "
                                                  << c2 << " ms, want < 50 ms (the negative cache)");
 }
