@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/copy.hh"
+#include "base/estimate.hh"
 #include "base/fd.hh"
 #include "base/log.hh"
 #include "base/real.hh"
@@ -122,6 +123,7 @@ struct ClientNeg {
     bool orphaned = false;
     bool tcp_ok = false;
     bool watched = false;  // the progress thread watches the TCP socket
+    bool answered = false; // the peer's rdmasock answered (even if too late to switch)
 };
 
 struct Parked {  // a connection request no accept() has claimed yet
@@ -134,6 +136,13 @@ struct Cached {
     Reason reason;
     Clock::time_point until;
 };
+
+using HostKey = std::array<uint8_t, 19>;  // family + address + port (0: the whole host)
+
+// Probes at once to a host whose last probe went unanswered: a host without RDMA (its
+// RoCE packets are dropped) costs every connection to it a queue pair until the probe
+// times out; the excess stays on TCP (timeout) until the host answers.
+constexpr int kUnansweredProbes = 4;
 
 class Engine {
 public:
@@ -148,11 +157,29 @@ public:
     std::map<Conn *, Key> keys;                      // the 4-tuple of each `maybe` entry
     std::map<Key, Parked> parked;                    // requests, not accepted yet
     std::map<rdma_cm_id *, std::shared_ptr<rdma::CmId>> listeners;
-    // Keyed by family + address + port; host-wide results (no answer, no device, no
-    // route) use port 0, results about one server process (no RDMA listener there,
-    // declined) the server's port.
-    std::map<std::array<uint8_t, 19>, Cached> negative;
-    std::map<std::array<uint8_t, 19>, Clock::time_point> positive;  // last RDMA success
+    // RDMA listeners whose TCP listener was closed while connections it accepted were
+    // still undecided (a server that accepts one connection and closes its listener):
+    // they go on receiving those connections' requests until the connections' windows
+    // have passed; a new listener of this process on the same address takes one back.
+    struct Lingering {
+        std::shared_ptr<rdma::CmId> id;
+        sockaddr_storage addr;
+        Clock::time_point until;
+    };
+    std::vector<Lingering> lingering;
+    // Definitive answers only, keyed by family + address + port; host-wide results (no
+    // device, no route) use port 0, results about one server process (no RDMA listener
+    // there) the server's port.  A timeout is no answer: it is never cached here.
+    std::map<HostKey, Cached> negative;
+    // Hosts whose last probe went unanswered (a connect() stopped waiting for it, or the
+    // negotiation timed out), until when: not a verdict (the probes go on, the first
+    // answer clears the entry), only connect() no longer waits for them, and at most
+    // kUnansweredProbes run at once.
+    std::map<HostKey, Clock::time_point> unanswered;
+    std::map<HostKey, int> probing;  // client negotiations in flight, per host
+    // How long set-up takes, from connect() to the peer's accepting answer: connect()
+    // waits (RDMASOCK_CONNECT_WAIT) up to its bound, as TCP follows the round-trip time.
+    Estimate setup;
     std::vector<std::pair<std::shared_ptr<Conn>, Clock::time_point>> graveyard;
     std::vector<Conn *> retiring;
     // Requests claimed by an accept(): accepted by the progress thread, so accept()
@@ -176,6 +203,11 @@ public:
     // ROUTE_RESOLVED of a client negotiation (takes mu itself); false: not a client's.
     bool client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept;
     void finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop) noexcept;
+    // How long a connect() waits for the peer's answer: the set-up estimate's bound, at
+    // least RDMASOCK_PROBE_TIMEOUT_MS, at most what still leaves time to switch (mu held).
+    Clock::duration answer_wait() const noexcept;
+    // A connect() stopped waiting for c's answer: its negotiation goes on (mu held).
+    void stopped_waiting(Conn *c) noexcept;
     int ep() const noexcept { return ep_; }
 
 private:
@@ -379,6 +411,17 @@ int Engine::timers() noexcept
                 it = parked.erase(it);
             } else {
                 next = std::min(next, it->second.deadline);
+                ++it;
+            }
+        }
+        for (auto it = lingering.begin(); it != lingering.end();) {
+            if (now >= it->until) {
+                RS_DEBUG("a closed listener's RDMA listener goes: its connections' windows have passed");
+                listeners.erase(it->id->get());
+                expired.push_back(std::move(it->id));
+                it = lingering.erase(it);
+            } else {
+                next = std::min(next, it->until);
                 ++it;
             }
         }
@@ -609,8 +652,7 @@ std::array<uint8_t, 19> cache_key(const sockaddr *peer, bool with_port) noexcept
 
 bool host_wide(Reason r) noexcept
 {
-    return r == Reason::timeout || r == Reason::peer_no_device || r == Reason::no_route ||
-           r == Reason::not_rdma_addr;
+    return r == Reason::peer_no_device || r == Reason::no_route || r == Reason::not_rdma_addr;
 }
 
 Reason cached(const sockaddr *peer) noexcept
@@ -632,29 +674,53 @@ Reason cached(const sockaddr *peer) noexcept
     return Reason::none;
 }
 
-// Remember how a negotiation with `peer` ended: a success clears the peer's negative
-// entries; a failure is cached (host-wide or for that port, see Engine::negative),
-// except a timeout from a host that negotiated RDMA within the cache period (a lost or
-// slow answer from an rdmasock host, not a host without RDMA: caching it would keep
-// every connection to that host on TCP).
+// Whether a probe of `peer` is worth its cost now (mu held): Reason::none, with *no_wait
+// set when the host's last probe went unanswered (connect() does not wait for it again).
+Reason admit_locked(const sockaddr *peer, bool *no_wait) noexcept
+{
+    *no_wait = false;
+    auto host = cache_key(peer, false);
+    auto it = g_engine->unanswered.find(host);
+    if (it == g_engine->unanswered.end())
+        return Reason::none;
+    if (Clock::now() >= it->second) {
+        g_engine->unanswered.erase(it);
+        return Reason::none;
+    }
+    *no_wait = true;
+    auto p = g_engine->probing.find(host);
+    return p != g_engine->probing.end() && p->second >= kUnansweredProbes ? Reason::timeout : Reason::none;
+}
+
+void mark_unanswered_locked(const sockaddr *peer) noexcept
+{
+    if (rt::config().neg_cache_ms > 0)
+        g_engine->unanswered[cache_key(peer, false)] = Clock::now() + Ms(rt::config().neg_cache_ms);
+}
+
+// Remember how a negotiation with `peer` ended (mu held): a timeout marks the host
+// unanswered (not a verdict: see Engine::unanswered); any answer clears that mark; an
+// answer from rdmasock there (RDMA, or a DECLINE) clears what was cached of the peer; a
+// definitive failure is cached (host-wide or for that port, see Engine::negative).
 void remember_locked(const sockaddr *peer, Reason r) noexcept
 {
-    if (rt::config().neg_cache_ms <= 0 || g_engine == nullptr)
+    if (g_engine == nullptr)
         return;
     auto host = cache_key(peer, false);
-    auto now = Clock::now();
+    if (r == Reason::timeout) {
+        mark_unanswered_locked(peer);
+        return;
+    }
+    g_engine->unanswered.erase(host);  // whatever the answer, it came
     if (r == Reason::none) {
-        g_engine->positive[host] = now;
         g_engine->negative.erase(host);
         g_engine->negative.erase(cache_key(peer, true));
         return;
     }
-    auto pos = g_engine->positive.find(host);
-    if (r == Reason::timeout && pos != g_engine->positive.end() &&
-        now - pos->second < Ms(rt::config().neg_cache_ms))
+    if (rt::config().neg_cache_ms <= 0)
         return;
     g_engine->negative[host_wide(r) ? host : cache_key(peer, true)] =
-        Cached{r, now + Ms(rt::config().neg_cache_ms)};
+        Cached{r, Clock::now() + Ms(rt::config().neg_cache_ms)};
 }
 
 unsigned long ring_bytes() noexcept
@@ -728,6 +794,9 @@ void Engine::finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop)
         return;
     ClientNeg n = std::move(it->second);
     clients.erase(it);
+    auto pit = probing.find(cache_key(reinterpret_cast<sockaddr *>(&n.peer), false));
+    if (pit != probing.end() && --pit->second <= 0)
+        probing.erase(pit);
     // On RDMA the TCP socket stays watched (liveness, urgent data); a closed socket's fd
     // number may be another's now.
     if (n.watched && !n.orphaned && r != Reason::none)
@@ -758,7 +827,8 @@ void Engine::finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop)
         socklen_t pl = sizeof pa;
         n.tcp_ok = RS_REAL(getpeername)(n.conn->tcp_fd(), reinterpret_cast<sockaddr *>(&pa), &pl) == 0;
     }
-    if ((r == Reason::peer_no_rdmasock || r == Reason::timeout || r == Reason::peer_no_device) && n.tcp_ok)
+    if ((r == Reason::peer_no_rdmasock || r == Reason::timeout || r == Reason::peer_no_device) && n.tcp_ok &&
+        !n.answered)
         remember_locked(reinterpret_cast<sockaddr *>(&n.peer), r);
 }
 
@@ -818,10 +888,9 @@ bool Engine::client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) 
             // A server parks a request until its program reads the connection, and
             // answers within 2 x probe timeout + 100 ms (declining it then): wait longer
             // than that, so a late answer is never an accepted connection we gave up on.
-            // Nothing waits for this: the program uses the TCP connection meanwhile.  A
-            // connect() that waits (RDMASOCK_CONNECT_WAIT) is bounded by the probe timeout.
-            const int tmo = static_cast<int>(rt::config().probe_timeout_ms);
-            n.deadline = Clock::now() + (n.wait ? Ms(tmo) : switch_window());
+            // Nothing waits for this: the program uses the TCP connection meanwhile (a
+            // connect() that waits stops waiting at answer_wait()).
+            n.deadline = Clock::now() + switch_window();
         }
     }
     if (r != Reason::none)
@@ -829,24 +898,52 @@ bool Engine::client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) 
     return true;
 }
 
+Clock::duration Engine::answer_wait() const noexcept
+{
+    using us = Estimate::us;
+    const us floor = std::chrono::duration_cast<us>(Ms(rt::config().probe_timeout_ms));
+    us ceiling = std::chrono::duration_cast<us>(switch_window() - switch_margin());
+    if (ceiling < floor)
+        ceiling = floor;
+    return setup.bound(floor, ceiling);
+}
+
+void Engine::stopped_waiting(Conn *c) noexcept
+{
+    auto it = clients.find(c);
+    if (it == clients.end())
+        return;
+    ClientNeg &n = it->second;
+    if (n.connecting)
+        RS_DEBUG("negotiation fd=%d: route %ld us, resources %ld us, no answer after %ld us: connect() returns, "
+                 "the negotiation goes on",
+                 c->tcp_fd(), n.t_route, n.t_res - n.t_route, us_since(n.t0) - n.t_res);
+    else
+        RS_DEBUG("negotiation fd=%d: not set up after %ld us: connect() returns, the negotiation goes on",
+                 c->tcp_fd(), us_since(n.t0));
+    mark_unanswered_locked(reinterpret_cast<sockaddr *>(&n.peer));
+}
+
 void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept
 {
     // mu held.
     Conn *c = n.conn.get();
-    const int tmo = static_cast<int>(rt::config().probe_timeout_ms);
     Reason r = Reason::none;
     switch (ev->event) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:
-        if (rdma_resolve_route(n.id->get(), tmo) != 0)
+        // (The negotiation's deadline, set at its start, bounds this step too.)
+        if (rdma_resolve_route(n.id->get(), static_cast<int>(switch_window().count())) != 0)
             r = Reason::no_route;
-        n.deadline = Clock::now() + answer_window();
         break;
     case RDMA_CM_EVENT_ESTABLISHED: {
+        n.answered = true;
         neg::Accept a;
         const void *pd = ev->param.conn.private_data;
         r = neg::decode(pd, pd ? ev->param.conn.private_data_len : 0, &a);
         if (r == Reason::none && !(a.nonce == n.hello.nonce))
             r = Reason::bad_message;
+        if (r == Reason::none)
+            setup.sample(std::chrono::duration_cast<Estimate::us>(Clock::now() - n.t0));
         if (r == Reason::none && a.ring.log2 > max_peer_ring_log2())
             r = Reason::limit;
         if (r == Reason::none)
@@ -887,8 +984,10 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
         // A DECLINE comes from rdmasock on the peer: whatever it says is about this
         // connection (a timeout included), not a reason to skip the next probes.
         if (ev->event == RDMA_CM_EVENT_REJECTED && ev->param.conn.private_data != nullptr &&
-            neg::is_decline(ev->param.conn.private_data, ev->param.conn.private_data_len))
+            neg::is_decline(ev->param.conn.private_data, ev->param.conn.private_data_len)) {
+            n.answered = true;
             remember_locked(reinterpret_cast<sockaddr *>(&n.peer), Reason::none);
+        }
         break;
     }
     if (r != Reason::none)
@@ -917,6 +1016,13 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
         r = Reason::resource;
     if (r == Reason::none)
         r = cached(reinterpret_cast<sockaddr *>(&n.peer));
+    if (r == Reason::none) {
+        bool no_wait = false;
+        std::lock_guard<std::mutex> lk(e->mu);
+        r = admit_locked(reinterpret_cast<sockaddr *>(&n.peer), &no_wait);
+        if (no_wait)
+            wait = false;
+    }
     std::shared_ptr<Conn> conn;
     if (r == Reason::none) {
         try {
@@ -975,15 +1081,22 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
     // would then get no RDMA listener.  The TCP connection's port is the kernel's to
     // give out, and it does not give it to a listener while the connection holds it.
     sockaddr_storage src = n.local;
-    const int tmo = static_cast<int>(rt::config().probe_timeout_ms);
+    // rdma_cm's resolution steps: only an address that does not resolve takes that long,
+    // and nothing waits for it (the negotiation's deadline bounds it too).
+    const int tmo = static_cast<int>(switch_window().count());
     n.conn = conn;
     n.wait = wait;
     n.t0 = Clock::now();
-    n.deadline = n.t0 + answer_window();
+    // Resolution and set-up (slow on a loaded machine): bounded, not by the probe timeout.
+    n.deadline = n.t0 + switch_window();
+    const Clock::time_point waited_from = n.t0;
+    Clock::duration wait_for{};
     rdma_cm_id *id = n.id->get();
     {
         std::shared_ptr<rdma::CmId> drop;  // destroyed after the lock is released
         std::lock_guard<std::mutex> lk(e->mu);
+        wait_for = e->answer_wait();
+        ++e->probing[cache_key(reinterpret_cast<sockaddr *>(&n.peer), false)];
         e->conns.emplace(conn.get(), conn);
         e->clients.emplace(conn.get(), std::move(n));
         // Under the lock: the events it produces are handled once the entry exists.
@@ -1003,12 +1116,24 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
     }
     if (!wait)
         return;
-    // RDMASOCK_CONNECT_WAIT: connect() returns once the connection is decided.
+    // RDMASOCK_CONNECT_WAIT: connect() returns once the connection is decided, or when
+    // the answer takes longer than set-up has been taking (Engine::answer_wait): then the
+    // negotiation goes on in the background, as by default, and the connection switches
+    // if the answer comes.
+    const Clock::time_point until = waited_from + wait_for;
     while (conn->phase() == Conn::Phase::maybe) {
+        auto left = std::chrono::duration_cast<Ms>(until - Clock::now()).count();
+        if (left <= 0) {
+            std::lock_guard<std::mutex> lk(e->mu);
+            e->stopped_waiting(conn.get());
+            break;
+        }
         pollfd p{conn->rd_fd(), POLLIN, 0};
-        RS_REAL(poll)(&p, 1, 5);
+        RS_REAL(poll)(&p, 1, static_cast<int>(std::min<long long>(left, 5)));
     }
-    RS_DEBUG("connect fd=%d: %s", fd, conn->phase() == Conn::Phase::rdma ? "on RDMA" : "stays on TCP");
+    RS_DEBUG("connect fd=%d: %s", fd,
+             conn->phase() == Conn::Phase::rdma ? "on RDMA"
+                                                : (conn->phase() == Conn::Phase::maybe ? "undecided" : "stays on TCP"));
 }
 
 void on_listen(int fd, Socket &s) noexcept
@@ -1026,17 +1151,31 @@ void on_listen(int fd, Socket &s) noexcept
     auto id = rdma::CmId::create(e->channel(), nullptr, RDMA_PS_TCP, &err);
     if (!id)
         return;
-    if (rdma_bind_addr(id->get(), reinterpret_cast<sockaddr *>(&addr)) != 0 ||
-        rdma_listen(id->get(), 128) != 0) {
+    if (rdma_bind_addr(id->get(), reinterpret_cast<sockaddr *>(&addr)) != 0) {
+        // The address may be held by this process's closed listener, lingering: take it.
+        const int bind_err = errno;
+        const auto want = cache_key(reinterpret_cast<sockaddr *>(&addr), true);
+        std::lock_guard<std::mutex> lk(e->mu);
+        auto it = std::find_if(e->lingering.begin(), e->lingering.end(), [&](const Engine::Lingering &l) {
+            return cache_key(reinterpret_cast<const sockaddr *>(&l.addr), true) == want;
+        });
+        if (it == e->lingering.end()) {
+            RS_DEBUG("listen fd=%d: no RDMA listener (%s)", fd, strerror(bind_err));
+            return;
+        }
+        id = std::move(it->id);
+        e->lingering.erase(it);
+        RS_DEBUG("listen fd=%d: takes back the RDMA listener of its closed predecessor", fd);
+    } else if (rdma_listen(id->get(), 128) != 0) {
         RS_DEBUG("listen fd=%d: no RDMA listener (%s)", fd, strerror(errno));
         return;
-    }
-    {
+    } else {
         std::lock_guard<std::mutex> lk(e->mu);
         e->listeners[id->get()] = id;
     }
     s.listener = id;
     s.listener_pid = getpid();
+    s.local = addr;
     RS_DEBUG("listen fd=%d: RDMA listener ready", fd);
 }
 
@@ -1056,6 +1195,7 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
     socklen_t ll = sizeof local;
     if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &ll) != 0)
         return;
+    ls.last_accept_ms = std::chrono::duration_cast<Ms>(Clock::now().time_since_epoch()).count();
     Key k = make_key(reinterpret_cast<sockaddr *>(&s.peer), reinterpret_cast<sockaddr *>(&local));
     auto conn = std::make_shared<Conn>(Conn::Side::server, fd, g_upcalls);
     conn->set_self(conn);
@@ -1131,8 +1271,17 @@ void drop_listener(Socket &s) noexcept
         return;
     }
     if (g_engine != nullptr) {
+        auto id = std::static_pointer_cast<rdma::CmId>(s.listener);
+        // Connections it accepted within a switch window may still get their requests.
+        const auto until = Clock::time_point(Ms(s.last_accept_ms)) + switch_window();
         std::lock_guard<std::mutex> lk(g_engine->mu);
-        g_engine->listeners.erase(static_cast<rdma::CmId *>(s.listener.get())->get());
+        if (s.last_accept_ms != 0 && Clock::now() < until) {
+            g_engine->lingering.push_back(Engine::Lingering{id, s.local, until});
+            g_engine->wake();  // its deadline
+            RS_DEBUG("a listener closed: its RDMA listener stays for the connections it just accepted");
+        } else {
+            g_engine->listeners.erase(id->get());
+        }
     }
     s.listener.reset();
 }
@@ -1258,6 +1407,7 @@ void clear_cache() noexcept
         return;
     std::lock_guard<std::mutex> lk(g_engine->mu);
     g_engine->negative.clear();
+    g_engine->unanswered.clear();
 }
 
 }  // namespace rdmasock::offload

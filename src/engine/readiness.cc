@@ -210,7 +210,7 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
         } else if (c) {
             // A server socket still deciding (maybe/verifying): the kernel's TCP
             // readiness for now, plus its eventfd, written when it switches to RDMA.
-            if (fds[i].events & (POLLIN | POLLRDHUP | POLLPRI))
+            if (fds[i].events & (POLLIN | POLLRDHUP | POLLPRI | POLLOUT))
                 c->note_interest();
             map[i] = {2, k.size(), 2, s};
             k.push_back(fds[i]);
@@ -488,7 +488,7 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
         Reg reg;
         reg.events = ev->events;
         reg.data = ev->data;
-        if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI))
+        if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI | EPOLLOUT))
             pending_interest = c;
         if (!shadows) {
             if (RS_REAL(epoll_ctl)(epfd, op, fd, ev) != 0)
@@ -519,7 +519,7 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
         if (!it->second.on_shadows) {
             if (RS_REAL(epoll_ctl)(epfd, op, fd, ev) != 0)
                 return -1;
-            if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI))
+            if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI | EPOLLOUT))
                 pending_interest = c;
             it->second.events = ev->events;
             it->second.data = ev->data;

@@ -104,10 +104,10 @@ const char *const kReasonCodes[] = {
 
 constexpr int kWaitMs = 15000;     // any single wait for the victim
 // confirm_late: the CONFIRM's delay after the SWITCH, beyond the victims' wait for the
-// SWITCH (2 x RDMASOCK_PROBE_TIMEOUT_MS of 1000 + 1 s, hostile_tests.cc); hello_late:
+// SWITCH (2 x RDMASOCK_PROBE_TIMEOUT_MS of 1000 + 3 s, hostile_tests.cc); hello_late:
 // the HELLO's delay after the TCP connection, beyond the victims' wait for a request
 // (the same window).
-constexpr int kLateConfirmMs = 4000;
+constexpr int kLateConfirmMs = 6000;
 constexpr unsigned kOurLog2 = 16;  // our receive ring: 64 KiB
 constexpr int kDepth = 32;
 

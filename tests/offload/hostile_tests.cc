@@ -418,7 +418,7 @@ bool init_tests()
         client_case("switch_twice", {"ESTABLISHED", "none", "success", "DISCONNECTED", tcp, "bad_message"});
     });
     // Ring bytes with no SWITCH and no CONFIRM are never the program's: once the victim
-    // gives up waiting for the SWITCH (2 x probe timeout + 1 s), it stays on TCP.
+    // gives up waiting for the SWITCH (2 x probe timeout + 3 s), it stays on TCP.
     add(confirm, "data_before_confirm", [tcp] {
         client_case("data_before_confirm", {"ESTABLISHED", "none", "success", "DISCONNECTED", tcp, "timeout"});
     });

@@ -19,7 +19,9 @@
 // up to 6 uneven iovecs, call sizes vary from 1 byte to --chunk.  --banner N: the server
 // writes N bytes right after accept(), before reading; the client reads them first.
 // --echo (server): send back what arrives, checking it is the client's stream from byte
-// 0.  --wait-mode poll|select|epoll: nonblocking socket, every EAGAIN waits for
+// 0.  --close-listener (server): close the listening socket right after each accept(),
+// as a one-shot server does, and listen anew on the same port for the next connection.
+// --wait-mode poll|select|epoll: nonblocking socket, every EAGAIN waits for
 // readiness (10 s without it is a lost wake-up).
 //
 // Scenario mode (--scenario NAME,... on the tester, --helper --conns K on the other
@@ -98,6 +100,9 @@ struct Options {
     int pause_ms = 0;  // client, one-direction streams: sleep between the data and shutdown()
     bool fionread_banner = false;  // client: wait until FIONREAD counts the whole banner
     int accept_delay_ms = 0;  // server: sleep before each accept()
+    // server: close the listening socket right after each accept() (a one-shot server
+    // such as nc -l), and listen anew on the same port for the next connection
+    bool close_listener = false;
     bool push = false;        // server: write only, never read
     int stall_ms = 0;         // SO_RCVTIMEO/SO_SNDTIMEO on stream connections
     std::string warmup;       // client: ADDR:PORT to connect to (and close) first
@@ -1449,20 +1454,26 @@ int conn_count()
     return opt.conns;
 }
 
-int server_main()
+int listen_on(sockaddr_in &sa)
 {
     int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (ls < 0)
         die("socket: %s", strerror(errno));
     int one = 1;
     setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in sa = make_addr(opt.addr, opt.port);
     if (bind(ls, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
-        die("bind %s:%d: %s", opt.addr.c_str(), opt.port, strerror(errno));
+        die("bind %s:%d: %s", opt.addr.c_str(), ntohs(sa.sin_port), strerror(errno));
     if (listen(ls, 16) != 0)
         die("listen: %s", strerror(errno));
     socklen_t len = sizeof sa;
     getsockname(ls, reinterpret_cast<sockaddr *>(&sa), &len);
+    return ls;
+}
+
+int server_main()
+{
+    sockaddr_in sa = make_addr(opt.addr, opt.port);
+    int ls = listen_on(sa);
     out_line("port=" + std::to_string(ntohs(sa.sin_port)));
     for (int i = 0, n = conn_count(); i < n; ++i) {
         if (opt.accept_delay_ms > 0)
@@ -1470,9 +1481,14 @@ int server_main()
         int fd = accept4(ls, nullptr, nullptr, SOCK_CLOEXEC);
         if (fd < 0)
             die("accept: %s", strerror(errno));
+        if (opt.close_listener) {
+            close(ls);
+            ls = i + 1 < n ? listen_on(sa) : -1;  // (before serving: the client comes back at once)
+        }
         serve_connection(fd, i, 0);
     }
-    close(ls);
+    if (ls >= 0)
+        close(ls);
     return g_exit;
 }
 
@@ -1553,6 +1569,7 @@ void usage()
             "usage: peer server|client --addr A [--port P] [--ports P1,P2,...] [--conns K]\n"
             "       [--plan C2S:S2C[:API[:bidir]],...] [--chunk N] [--banner N] [--echo] [--expect-echo]\n"
             "       [--close-exit] [--nonblock-connect] [--wait-decided] [--hold-ms N] [--accept-delay-ms N]\n"
+            "       [--close-listener]\n"
             "       [--wait-mode poll|select|epoll] [--push] [--stall-ms N]\n"
             "       [--warmup ADDR:PORT] [--pause-ms N] [--fionread-banner]\n"
             "       [--scenario NAME,NAME,... | --helper] [--allow-tcp]\n"
@@ -1628,7 +1645,7 @@ int main(int argc, char **argv)
         {"hold-ms", required_argument, nullptr, 'h'},  {"pause-ms", required_argument, nullptr, 'Q'},  {"fionread-banner", no_argument, nullptr, 'F'},  {"allow-tcp", no_argument, nullptr, 'T'},
         {"accept-delay-ms", required_argument, nullptr, 'D'}, {"wait-mode", required_argument, nullptr, 'w'},
         {"push", no_argument, nullptr, 'u'},          {"stall-ms", required_argument, nullptr, 'z'},
-        {"warmup", required_argument, nullptr, 'y'},
+        {"warmup", required_argument, nullptr, 'y'},   {"close-listener", no_argument, nullptr, 'C'},
         {nullptr, 0, nullptr, 0}};
     optind = 2;
     int ch;
@@ -1656,6 +1673,7 @@ int main(int argc, char **argv)
         case 'F': opt.fionread_banner = true; break;
         case 'T': opt.allow_tcp = true; break;
         case 'D': opt.accept_delay_ms = atoi(optarg); break;
+        case 'C': opt.close_listener = true; break;
         case 'u': opt.push = true; break;
         case 'z': opt.stall_ms = atoi(optarg); break;
         case 'y': opt.warmup = optarg; break;
