@@ -18,6 +18,7 @@
 #include "base/reason.hh"
 #include "config/config.hh"
 #include "config/rules.hh"
+#include "tools/system.hh"
 
 #ifndef RDMASOCK_LIBDIR
 #define RDMASOCK_LIBDIR "/usr/lib/rdmasock"
@@ -41,6 +42,7 @@ void usage(FILE *out)
     fprintf(out,
             "Usage: rdmasock [OPTIONS] PROGRAM [ARGS...]\n"
             "       rdmasock rules test PROGRAM client|server ADDRESS:PORT\n"
+            "       rdmasock system enable|disable|status [--lib PATH]\n"
             "Run PROGRAM with librdmasock.so preloaded: its TCP connections to peers that also\n"
             "run rdmasock move onto RDMA; everything else stays kernel TCP.\n"
             "\n"
@@ -58,6 +60,10 @@ void usage(FILE *out)
             "rules test: which line of the offload rules (rdmasock.conf(5)) decides a connection\n"
             "of PROGRAM in that role whose server end is ADDRESS:PORT; exit status 0 when it may\n"
             "go over RDMA, 1 when it stays on TCP.  (To run a program named rules: rdmasock -- rules.)\n"
+            "\n"
+            "system enable: check that programs run under the library, then add it to\n"
+            "/etc/ld.so.preload (every process started after that loads it); disable removes\n"
+            "it; status says whether it is there (exit 0) or not (exit 1).  As root.\n"
             "\n"
             "Environment (each option above sets one of these; they can also be set directly):\n");
     unsigned n = 0;
@@ -172,6 +178,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "rules"))
         return rules_command(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "system"))
+        return rdmasock::tool::system_command(argc - 1, argv + 1, find_lib());
     std::string lib;
     int i = 1;
     for (; i < argc; ++i) {

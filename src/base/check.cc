@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <libunwind.h>
 #include <unistd.h>
 
@@ -11,17 +12,54 @@
 
 namespace rdmasock {
 
+namespace {
+
+// libunwind is loaded when a backtrace is wanted, not with the library: every process
+// of a machine may load rdmasock, and it is needed only on the way to abort().  The
+// names are libunwind's exported ones (its header maps unw_* to them).
+#define RS_STR2(x) #x
+#define RS_STR(x) RS_STR2(x)
+
+struct Unwind {
+    decltype(&unw_tdep_getcontext) getcontext = nullptr;
+    decltype(&unw_init_local) init_local = nullptr;
+    decltype(&unw_step) step = nullptr;
+    decltype(&unw_get_reg) get_reg = nullptr;
+    decltype(&unw_get_proc_name) get_proc_name = nullptr;
+
+    bool load() noexcept
+    {
+        void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+        if (h == nullptr)
+            return false;
+        getcontext = reinterpret_cast<decltype(getcontext)>(dlsym(h, RS_STR(unw_tdep_getcontext)));
+        init_local = reinterpret_cast<decltype(init_local)>(dlsym(h, RS_STR(unw_init_local)));
+        step = reinterpret_cast<decltype(step)>(dlsym(h, RS_STR(unw_step)));
+        get_reg = reinterpret_cast<decltype(get_reg)>(dlsym(h, RS_STR(unw_get_reg)));
+        get_proc_name = reinterpret_cast<decltype(get_proc_name)>(dlsym(h, RS_STR(unw_get_proc_name)));
+        return getcontext && init_local && step && get_reg && get_proc_name;
+    }
+};
+
+}  // namespace
+
 void write_backtrace(int fd) noexcept
 {
+    Unwind u;
+    if (!u.load()) {
+        const char msg[] = "rdmasock: no backtrace (libunwind.so.8 cannot be loaded)\n";
+        RS_REAL(write)(fd, msg, sizeof msg - 1);
+        return;
+    }
     unw_context_t ctx;
     unw_cursor_t cur;
-    if (unw_getcontext(&ctx) != 0 || unw_init_local(&cur, &ctx) != 0)
+    if (u.getcontext(&ctx) != 0 || u.init_local(&cur, &ctx) != 0)
         return;
-    for (int depth = 0; depth < 64 && unw_step(&cur) > 0; ++depth) {
+    for (int depth = 0; depth < 64 && u.step(&cur) > 0; ++depth) {
         unw_word_t ip = 0, off = 0;
-        unw_get_reg(&cur, UNW_REG_IP, &ip);
+        u.get_reg(&cur, UNW_REG_IP, &ip);
         char name[256] = "??";
-        unw_get_proc_name(&cur, name, sizeof name, &off);
+        u.get_proc_name(&cur, name, sizeof name, &off);
         char line[400];
         int n = snprintf(line, sizeof line, "rdmasock[%d]:   #%d 0x%lx %s+0x%lx\n",
                          static_cast<int>(getpid()), depth, static_cast<unsigned long>(ip), name,

@@ -31,6 +31,7 @@
 #include "engine/readiness.hh"
 #include "process/fd_table.hh"
 #include "process/runtime.hh"
+#include "rdma/dl.hh"
 #include "rdma/kit.hh"
 #include "rdma/owners.hh"
 #include "wire/negotiate.hh"
@@ -124,6 +125,7 @@ struct ClientNeg {
     bool tcp_ok = false;
     bool watched = false;  // the progress thread watches the TCP socket
     bool answered = false; // the peer's rdmasock answered (even if too late to switch)
+    bool backoff = false;  // the host's last probe went unanswered: wait twice as long
 };
 
 struct Parked {  // a connection request no accept() has claimed yet
@@ -171,14 +173,14 @@ public:
     // device, no route) use port 0, results about one server process (no RDMA listener
     // there) the server's port.  A timeout is no answer: it is never cached here.
     std::map<HostKey, Cached> negative;
-    // Hosts whose last probe went unanswered (a connect() stopped waiting for it, or the
-    // negotiation timed out), until when: not a verdict (the probes go on, the first
-    // answer clears the entry), only connect() no longer waits for them, and at most
+    // Hosts whose last probe went unanswered (the negotiation timed out), until when: not
+    // a verdict (the probes go on, the first answer clears the entry), only a connect()
+    // that waits waits twice as long for them (as TCP backs off), and at most
     // kUnansweredProbes run at once.
     std::map<HostKey, Clock::time_point> unanswered;
     std::map<HostKey, int> probing;  // client negotiations in flight, per host
-    // How long set-up takes, from connect() to the peer's accepting answer: connect()
-    // waits (RDMASOCK_CONNECT_WAIT) up to its bound, as TCP follows the round-trip time.
+    // How long the peer takes to answer a request (accepting it): connect() waits
+    // (RDMASOCK_CONNECT_WAIT) up to its bound, as TCP follows the round-trip time.
     Estimate setup;
     std::vector<std::pair<std::shared_ptr<Conn>, Clock::time_point>> graveyard;
     std::vector<Conn *> retiring;
@@ -203,11 +205,10 @@ public:
     // ROUTE_RESOLVED of a client negotiation (takes mu itself); false: not a client's.
     bool client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept;
     void finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop) noexcept;
-    // How long a connect() waits for the peer's answer: the set-up estimate's bound, at
-    // least RDMASOCK_PROBE_TIMEOUT_MS, at most what still leaves time to switch (mu held).
-    Clock::duration answer_wait() const noexcept;
-    // A connect() stopped waiting for c's answer: its negotiation goes on (mu held).
-    void stopped_waiting(Conn *c) noexcept;
+    // How long a connect() waits for the peer's answer after its request: the estimate's
+    // bound, at least RDMASOCK_PROBE_TIMEOUT_MS (twice that after a timeout: backoff), at
+    // most what still leaves time to switch (mu held).
+    Clock::duration answer_wait(bool backoff) const noexcept;
     int ep() const noexcept { return ep_; }
 
 private:
@@ -258,6 +259,8 @@ Engine *engine() noexcept
 
 bool Engine::start() noexcept
 {
+    if (!rdma::dl::load())  // rdma-core, from the first connection that may be offloaded
+        return false;
     int err = 0;
     cm_ = rdma::CmChannel::create(&err);
     if (!cm_ || cm_->set_nonblocking() != 0)
@@ -430,10 +433,11 @@ int Engine::timers() noexcept
                 next = std::min(next, now + Ms(10));
         std::vector<Conn *> late;
         for (auto &kv : clients) {
-            if (now >= kv.second.deadline)
+            if (now >= kv.second.deadline) {
                 late.push_back(kv.first);
-            else
-                next = std::min(next, kv.second.deadline);
+                continue;
+            }
+            next = std::min(next, kv.second.deadline);
         }
         for (Conn *c : late) {
             std::shared_ptr<rdma::CmId> drop;
@@ -674,11 +678,12 @@ Reason cached(const sockaddr *peer) noexcept
     return Reason::none;
 }
 
-// Whether a probe of `peer` is worth its cost now (mu held): Reason::none, with *no_wait
-// set when the host's last probe went unanswered (connect() does not wait for it again).
-Reason admit_locked(const sockaddr *peer, bool *no_wait) noexcept
+// Whether a probe of `peer` is worth its cost now (mu held): Reason::none, or timeout
+// when the host's last probe went unanswered and kUnansweredProbes to it are out;
+// *backoff: the host's last probe went unanswered.
+Reason admit_locked(const sockaddr *peer, bool *backoff) noexcept
 {
-    *no_wait = false;
+    *backoff = false;
     auto host = cache_key(peer, false);
     auto it = g_engine->unanswered.find(host);
     if (it == g_engine->unanswered.end())
@@ -687,7 +692,7 @@ Reason admit_locked(const sockaddr *peer, bool *no_wait) noexcept
         g_engine->unanswered.erase(it);
         return Reason::none;
     }
-    *no_wait = true;
+    *backoff = true;
     auto p = g_engine->probing.find(host);
     return p != g_engine->probing.end() && p->second >= kUnansweredProbes ? Reason::timeout : Reason::none;
 }
@@ -888,9 +893,11 @@ bool Engine::client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) 
             // A server parks a request until its program reads the connection, and
             // answers within 2 x probe timeout + 100 ms (declining it then): wait longer
             // than that, so a late answer is never an accepted connection we gave up on.
-            // Nothing waits for this: the program uses the TCP connection meanwhile (a
-            // connect() that waits stops waiting at answer_wait()).
-            n.deadline = Clock::now() + switch_window();
+            // Nothing waits for this: the program uses the TCP connection meanwhile.  A
+            // connect() that waits (RDMASOCK_CONNECT_WAIT) waits answer_wait(): as long as
+            // answers have been taking, at least the probe timeout; then the connection
+            // is TCP (timeout), and the request is withdrawn.
+            n.deadline = Clock::now() + (n.wait ? answer_wait(n.backoff) : Clock::duration(switch_window()));
         }
     }
     if (r != Reason::none)
@@ -898,30 +905,14 @@ bool Engine::client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) 
     return true;
 }
 
-Clock::duration Engine::answer_wait() const noexcept
+Clock::duration Engine::answer_wait(bool backoff) const noexcept
 {
     using us = Estimate::us;
-    const us floor = std::chrono::duration_cast<us>(Ms(rt::config().probe_timeout_ms));
+    const us floor = std::chrono::duration_cast<us>(Ms(rt::config().probe_timeout_ms * (backoff ? 2 : 1)));
     us ceiling = std::chrono::duration_cast<us>(switch_window() - switch_margin());
     if (ceiling < floor)
         ceiling = floor;
     return setup.bound(floor, ceiling);
-}
-
-void Engine::stopped_waiting(Conn *c) noexcept
-{
-    auto it = clients.find(c);
-    if (it == clients.end())
-        return;
-    ClientNeg &n = it->second;
-    if (n.connecting)
-        RS_DEBUG("negotiation fd=%d: route %ld us, resources %ld us, no answer after %ld us: connect() returns, "
-                 "the negotiation goes on",
-                 c->tcp_fd(), n.t_route, n.t_res - n.t_route, us_since(n.t0) - n.t_res);
-    else
-        RS_DEBUG("negotiation fd=%d: not set up after %ld us: connect() returns, the negotiation goes on",
-                 c->tcp_fd(), us_since(n.t0));
-    mark_unanswered_locked(reinterpret_cast<sockaddr *>(&n.peer));
 }
 
 void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept
@@ -942,8 +933,8 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
         r = neg::decode(pd, pd ? ev->param.conn.private_data_len : 0, &a);
         if (r == Reason::none && !(a.nonce == n.hello.nonce))
             r = Reason::bad_message;
-        if (r == Reason::none)
-            setup.sample(std::chrono::duration_cast<Estimate::us>(Clock::now() - n.t0));
+        if (r == Reason::none)  // from the request to the answer
+            setup.sample(std::chrono::duration_cast<Estimate::us>(Clock::now() - n.t_connect));
         if (r == Reason::none && a.ring.log2 > max_peer_ring_log2())
             r = Reason::limit;
         if (r == Reason::none)
@@ -1017,11 +1008,8 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
     if (r == Reason::none)
         r = cached(reinterpret_cast<sockaddr *>(&n.peer));
     if (r == Reason::none) {
-        bool no_wait = false;
         std::lock_guard<std::mutex> lk(e->mu);
-        r = admit_locked(reinterpret_cast<sockaddr *>(&n.peer), &no_wait);
-        if (no_wait)
-            wait = false;
+        r = admit_locked(reinterpret_cast<sockaddr *>(&n.peer), &n.backoff);
     }
     std::shared_ptr<Conn> conn;
     if (r == Reason::none) {
@@ -1089,13 +1077,10 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
     n.t0 = Clock::now();
     // Resolution and set-up (slow on a loaded machine): bounded, not by the probe timeout.
     n.deadline = n.t0 + switch_window();
-    const Clock::time_point waited_from = n.t0;
-    Clock::duration wait_for{};
     rdma_cm_id *id = n.id->get();
     {
         std::shared_ptr<rdma::CmId> drop;  // destroyed after the lock is released
         std::lock_guard<std::mutex> lk(e->mu);
-        wait_for = e->answer_wait();
         ++e->probing[cache_key(reinterpret_cast<sockaddr *>(&n.peer), false)];
         e->conns.emplace(conn.get(), conn);
         e->clients.emplace(conn.get(), std::move(n));
@@ -1116,36 +1101,29 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
     }
     if (!wait)
         return;
-    // RDMASOCK_CONNECT_WAIT: connect() returns once the connection is decided, or when
-    // the answer takes longer than set-up has been taking (Engine::answer_wait): then the
-    // negotiation goes on in the background, as by default, and the connection switches
-    // if the answer comes.
-    const Clock::time_point until = waited_from + wait_for;
+    // RDMASOCK_CONNECT_WAIT: connect() returns once the connection is decided (the
+    // negotiation's deadline: Engine::answer_wait() after the request).
     while (conn->phase() == Conn::Phase::maybe) {
-        auto left = std::chrono::duration_cast<Ms>(until - Clock::now()).count();
-        if (left <= 0) {
-            std::lock_guard<std::mutex> lk(e->mu);
-            e->stopped_waiting(conn.get());
-            break;
-        }
         pollfd p{conn->rd_fd(), POLLIN, 0};
-        RS_REAL(poll)(&p, 1, static_cast<int>(std::min<long long>(left, 5)));
+        RS_REAL(poll)(&p, 1, 5);
     }
-    RS_DEBUG("connect fd=%d: %s", fd,
-             conn->phase() == Conn::Phase::rdma ? "on RDMA"
-                                                : (conn->phase() == Conn::Phase::maybe ? "undecided" : "stays on TCP"));
+    RS_DEBUG("connect fd=%d: %s", fd, conn->phase() == Conn::Phase::rdma ? "on RDMA" : "stays on TCP");
 }
 
 void on_listen(int fd, Socket &s) noexcept
 {
     if (rt::default_reason() != Reason::pending)
         return;
-    Engine *e = engine();
-    if (e == nullptr)
-        return;
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
     if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0)
+        return;
+    // A loopback listener's connections never leave the host: no RDMA listener (and no
+    // engine, no rdma-core) for it.
+    if (loopback(addr))
+        return;
+    Engine *e = engine();
+    if (e == nullptr)
         return;
     int err = 0;
     auto id = rdma::CmId::create(e->channel(), nullptr, RDMA_PS_TCP, &err);
@@ -1185,8 +1163,14 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
         Reason r = rt::default_reason();
         if (ls.listener && ls.listener_pid != getpid())
             r = Reason::forked_listener;  // (the more precise of it and forked_child)
-        else if (r == Reason::pending)
-            r = ls.listener ? Reason::forked_listener : Reason::no_listener;
+        else if (r == Reason::pending && ls.listener)
+            r = Reason::forked_listener;
+        else if (r == Reason::pending) {
+            sockaddr_storage local{};
+            socklen_t ll = sizeof local;
+            const bool lo = RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &ll) == 0 && loopback(local);
+            r = lo ? Reason::not_rdma_addr : Reason::no_listener;
+        }
         s.reason.store(r, std::memory_order_relaxed);
         return;
     }

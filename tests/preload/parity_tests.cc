@@ -167,7 +167,8 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
     } else if (key == "fork") {
         // Three connections shared with a fork child, made connect-then-accept (an
         // offloaded connection cannot be used by a fork child: rdmasock(7)); the client
-        // gives up after the probe timeout (the first) or the cached timeout.  Lines per
+        // gives up after the probe timeout (the first), then after twice that (a timeout
+        // is not cached: the next connections probe again, and wait longer).  Lines per
         // process that closes a copy: (1) child closes both ends: server forked, client
         // timeout; parent: client timeout, server read a non-CONFIRM.  (2) parent closes
         // its server copy unread: pending; child: server forked, client timeout; parent:

@@ -230,6 +230,45 @@ BOOST_AUTO_TEST_CASE(python_prints, *boost::unit_test::precondition(Installed{{"
     BOOST_CHECK_EQUAL(r.first.out, "hello 499500\n100000\n");
 }
 
+// Nothing heavy at load (system-wide install): a program that makes no connection that
+// could be offloaded (a socketpair, UDP, TCP over loopback) maps no rdma-core library, no
+// libstdc++, no libunwind, and has the same threads and descriptors as without the
+// library.  The program prints what it sees; both runs must print the same, and that is
+// checked to be nothing.
+BOOST_AUTO_TEST_CASE(nothing_loaded_without_an_eligible_socket, *boost::unit_test::precondition(Installed{{"python3"}}))
+{
+    const std::string script =
+        "import os, socket\n"
+        "a, b = socket.socketpair(); a.sendall(b'x' * 1000); b.recv(1000)\n"
+        "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(('127.0.0.1', 0))\n"
+        "l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen(1)\n"
+        "c = socket.create_connection(l.getsockname()); s, _ = l.accept()\n"
+        "c.sendall(b'y' * 100000); c.shutdown(socket.SHUT_WR)\n"
+        "n = 0\n"
+        "while True:\n"
+        "    d = s.recv(65536)\n"
+        "    if not d: break\n"
+        "    n += len(d)\n"
+        "heavy = ('libibverbs', 'librdmacm', 'libstdc++', 'libunwind', 'libnl-', 'liblzma', 'libmlx', 'librxe')\n"
+        "maps = sorted({l.split()[-1] for l in open('/proc/self/maps') if any(h in l for h in heavy)})\n"
+        "print('received', n)\n"
+        "print('heavy libraries:', maps)\n"
+        "print('threads:', len(os.listdir('/proc/self/task')))\n"
+        "print('descriptors:', len(os.listdir('/proc/self/fd')))\n";
+    // The library as a system-wide install has it: preloaded, nothing configured (no
+    // log file, which would be one descriptor more).
+    require_lib();
+    const std::vector<std::string> argv = {program("python3"), "-c", script};
+    Result a = testcommon::run(argv, testcommon::base_env(), 30000);
+    Result b = testcommon::run(argv, testcommon::with_lib(testcommon::base_env(), kLib, "", ""), 30000);
+    BOOST_CHECK_EQUAL(a.exit_code(), 0);
+    BOOST_CHECK_EQUAL(b.exit_code(), 0);
+    BOOST_CHECK_MESSAGE(a.out == b.out, "what the program sees differs\n--- without ---\n"
+                                            << a.out << "--- with ---\n" << b.out << b.err);
+    BOOST_CHECK_MESSAGE(b.out.find("heavy libraries: []\n") != std::string::npos, "with the library:\n" << b.out);
+    BOOST_CHECK_MESSAGE(b.out.find("threads: 1\n") != std::string::npos, "with the library:\n" << b.out);
+}
+
 BOOST_AUTO_TEST_CASE(static_busybox, *boost::unit_test::precondition(Installed{{"busybox"}}))
 {
     std::string bb = testcommon::file_exists("/bin/busybox") ? "/bin/busybox" : program("busybox");
@@ -337,6 +376,55 @@ BOOST_AUTO_TEST_CASE(offload_rules_keep_connections_on_tcp, *boost::unit_test::p
     BOOST_CHECK(t3.err.empty());
     Result t4 = testcommon::run({launcher, "rules", "test", "x", "peer", "1.2.3.4:5"}, env, 10000);
     BOOST_CHECK_EQUAL(t4.exit_code(), 2);
+}
+
+// rdmasock system enable|disable|status on a stand-in for /etc/ld.so.preload (the real
+// file is tested in the VM with a writable root, tests/vm/system-install): other entries
+// kept, idempotent, an old install's entry replaced, the file removed when ours was the
+// only entry, and a library that does not load refused with nothing changed.
+BOOST_AUTO_TEST_CASE(system_enable_disable)
+{
+    require_lib();
+    const std::string launcher = RDMASOCK_LAUNCHER;
+    testcommon::TempDir td;
+    const std::string file = td / "ld.so.preload";
+    Env env = testcommon::base_env();
+    auto sys = [&](const std::string &verb, const std::string &lib = kLib) {
+        return testcommon::run({launcher, "system", verb, "--file", file, "--lib", lib}, env, 60000);
+    };
+    testcommon::write_file(file, "/usr/lib/other.so /usr/lib/old/librdmasock.so\n/usr/lib/third.so\n");
+    Result st0 = sys("status");
+    BOOST_CHECK_EQUAL(st0.exit_code(), 0);  // an old install's entry counts as enabled
+    Result en = sys("enable");
+    BOOST_CHECK_MESSAGE(en.exit_code() == 0, en.describe());
+    BOOST_CHECK_EQUAL(testcommon::read_file(file), "/usr/lib/other.so\n/usr/lib/third.so\n" + std::string(kLib) + "\n");
+    Result en2 = sys("enable");
+    BOOST_CHECK_EQUAL(en2.exit_code(), 0);
+    BOOST_CHECK(en2.out.rfind("already enabled", 0) == 0);
+    BOOST_CHECK_EQUAL(testcommon::read_file(file), "/usr/lib/other.so\n/usr/lib/third.so\n" + std::string(kLib) + "\n");
+    Result st1 = sys("status");
+    BOOST_CHECK_EQUAL(st1.exit_code(), 0);
+    Result dis = sys("disable");
+    BOOST_CHECK_EQUAL(dis.exit_code(), 0);
+    BOOST_CHECK_EQUAL(testcommon::read_file(file), "/usr/lib/other.so\n/usr/lib/third.so\n");
+    Result st2 = sys("status");
+    BOOST_CHECK_EQUAL(st2.exit_code(), 1);
+    Result dis2 = sys("disable");
+    BOOST_CHECK_EQUAL(dis2.exit_code(), 0);
+    // Ours the only entry: disable removes the file.
+    testcommon::write_file(file, std::string(kLib) + "\n");
+    BOOST_CHECK_EQUAL(sys("disable").exit_code(), 0);
+    BOOST_CHECK(!testcommon::file_exists(file));
+    // A "library" that is not one: refused, the file untouched.
+    const std::string bad = td / "librdmasock.so";
+    testcommon::write_file(bad, "not an ELF object\n");
+    testcommon::write_file(file, "/usr/lib/other.so\n");
+    Result refused = sys("enable", bad);
+    BOOST_CHECK_MESSAGE(refused.exit_code() == 1 && refused.err.find("refusing") != std::string::npos, refused.describe());
+    BOOST_CHECK_EQUAL(testcommon::read_file(file), "/usr/lib/other.so\n");
+    BOOST_CHECK(!testcommon::file_exists(file + ".rdmasock-new"));
+    Result usage = testcommon::run({launcher, "system", "frobnicate"}, env, 10000);
+    BOOST_CHECK_EQUAL(usage.exit_code(), 2);
 }
 #endif
 

@@ -1,0 +1,23 @@
+// rdma-core, loaded when the first connection that may be offloaded needs it, not when
+// the library is: a process that never makes such a connection (the shell, coreutils,
+// everything under a system-wide /etc/ld.so.preload) maps neither libibverbs nor
+// librdmacm nor their dependencies.
+//
+// The library does not link them.  dl_forward.cc defines, hidden (the version script exports
+// only the socket API), each rdma-core function the library calls, under its own name:
+// the calls in the rest of the code stay plain ibv_* and rdma_* calls, and bind to these
+// definitions at link time; each forwards to the real function, looked up once by
+// load().  A program's own uses of rdma-core are untouched (nothing is exported).
+#pragma once
+
+namespace rdmasock::rdma::dl {
+
+// dlopen libibverbs and librdmacm and look up every function the library calls; true
+// once all are there.  Idempotent and thread-safe; the engine calls it before any other
+// rdma-core call.  False (logged once): the connection stays on TCP.
+bool load() noexcept;
+
+// Whether load() succeeded (tests: nothing is loaded before the first eligible socket).
+bool loaded() noexcept;
+
+}  // namespace rdmasock::rdma::dl
