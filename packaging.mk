@@ -13,7 +13,7 @@
 # directory (build logs included) and prints its path.  Needs dpkg-dev, debhelper,
 # fakeroot, lintian, rpm and cpio (tools/install-deps installs them).
 
-EXTRA_DIST += debian/changelog debian/control debian/copyright debian/rules \
+EXTRA_DIST += debian/changelog debian/control debian/copyright debian/rules debian/prerm \
 	debian/source/format rpm/rdmasock.spec
 
 # debian/changelog and the spec's Version must follow AC_INIT's version.

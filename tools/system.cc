@@ -51,8 +51,8 @@ bool read_all(const std::string &path, std::string *out, bool *missing)
 }
 
 // The file's entries are separated by white space (and ':' in recent glibc); a line
-// may hold several.  Ours: any entry naming a librdmasock.so (this install's or an old
-// one's).
+// may hold several; '#' starts a comment, to the end of the line (as ld.so reads it).
+// Ours: any entry naming a librdmasock.so (this install's or an old one's).
 bool is_ours(const std::string &entry)
 {
     const std::string name = "librdmasock.so";
@@ -64,8 +64,13 @@ std::vector<std::string> entries_of(const std::string &text)
 {
     std::vector<std::string> v;
     std::string cur;
+    bool comment = false;
     for (char ch : text + "\n") {
-        if (ch == ' ' || ch == '\t' || ch == '\n' || ch == ':') {
+        if (ch == '\n')
+            comment = false;
+        else if (ch == '#')
+            comment = true;
+        if (comment || ch == ' ' || ch == '\t' || ch == '\n' || ch == ':') {
             if (!cur.empty())
                 v.push_back(cur);
             cur.clear();
@@ -114,8 +119,10 @@ bool replace_file(const std::string &path, const std::string &text)
         }
         return true;
     }
-    const std::string tmp = path + ".rdmasock-new";
-    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    // A name of its own (O_EXCL): two runs at once never write into one temporary file;
+    // the last rename wins, and the file is always one run's complete text.
+    const std::string tmp = path + ".rdmasock-new." + std::to_string(getpid());
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) {
         fprintf(stderr, "rdmasock: cannot create %s: %s\n", tmp.c_str(), strerror(errno));
         return false;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <libunwind.h>
 #include <unistd.h>
 
@@ -16,10 +17,12 @@ namespace {
 
 // libunwind is loaded when a backtrace is wanted, not with the library: every process
 // of a machine may load rdmasock, and it is needed only on the way to abort().  The
-// names are libunwind's exported ones (its header maps unw_* to them).
+// names are libunwind's exported ones (its header maps unw_* to them).  Where its
+// getcontext is a macro rather than a function (not x86-64), glibc's backtrace() is used.
 #define RS_STR2(x) #x
 #define RS_STR(x) RS_STR2(x)
 
+#if defined(__x86_64__)
 struct Unwind {
     decltype(&unw_tdep_getcontext) getcontext = nullptr;
     decltype(&unw_init_local) init_local = nullptr;
@@ -40,15 +43,27 @@ struct Unwind {
         return getcontext && init_local && step && get_reg && get_proc_name;
     }
 };
+#endif
+
+void glibc_backtrace(int fd) noexcept
+{
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    backtrace_symbols_fd(frames, n, fd);
+}
 
 }  // namespace
 
 void write_backtrace(int fd) noexcept
 {
+#if !defined(__x86_64__)
+    glibc_backtrace(fd);
+#else
     Unwind u;
     if (!u.load()) {
-        const char msg[] = "rdmasock: no backtrace (libunwind.so.8 cannot be loaded)\n";
+        const char msg[] = "rdmasock: libunwind.so.8 cannot be loaded; glibc's backtrace:\n";
         RS_REAL(write)(fd, msg, sizeof msg - 1);
+        glibc_backtrace(fd);
         return;
     }
     unw_context_t ctx;
@@ -67,6 +82,7 @@ void write_backtrace(int fd) noexcept
         if (n > 0)
             RS_REAL(write)(fd, line, static_cast<size_t>(n) < sizeof line ? n : sizeof line - 1);
     }
+#endif
 }
 
 void fatal(const char *file, int line, const char *what) noexcept

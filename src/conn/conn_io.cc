@@ -335,18 +335,18 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
 ssize_t Conn::send_presw_locked(std::unique_lock<std::mutex> &lk, int fd, const msghdr *msg, int flags,
                                 Deadline &dl) noexcept
 {
+    if ((flags & MSG_OOB) && sw_.phase() == Phase::maybe) {
+        // Several urgent bytes make the receiver's in-band count ambiguous: the
+        // connection stays on TCP.
+        decide_tcp_locked(Reason::urgent_data);
+        return kLookAgain;
+    }
     if (side_ == Side::server && !sw_.interested()) {
         // A server that only writes (it sends a file, a feed) serves the connection as
         // surely as one that reads: its parked request may be accepted.
         lk.unlock();
         note_interest();
         lk.lock();
-        return kLookAgain;
-    }
-    if ((flags & MSG_OOB) && sw_.phase() == Phase::maybe) {
-        // Several urgent bytes make the receiver's in-band count ambiguous: the
-        // connection stays on TCP.
-        decide_tcp_locked(Reason::urgent_data);
         return kLookAgain;
     }
     ssize_t r = RS_REAL(sendmsg)(fd, msg, flags | MSG_DONTWAIT);

@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "base/copy.hh"
-#include "base/estimate.hh"
 #include "base/fd.hh"
 #include "base/log.hh"
 #include "base/real.hh"
 #include "conn/rdma_conn.hh"
 #include "conn/windows.hh"
+#include "engine/peers.hh"
 #include "engine/readiness.hh"
 #include "process/fd_table.hh"
 #include "process/runtime.hh"
@@ -69,27 +69,6 @@ EngineUpcalls g_upcalls;
 // A TCP connection's 4-tuple, as the client sees it: family, client address and port,
 // server address and port.  IPv4-mapped IPv6 addresses are folded to IPv4.
 using Key = std::array<uint8_t, 1 + 16 + 2 + 16 + 2>;
-
-void put_addr(uint8_t *out, const sockaddr *sa, uint8_t *fam) noexcept
-{
-    memset(out, 0, 18);
-    if (sa->sa_family == AF_INET) {
-        auto *a = reinterpret_cast<const sockaddr_in *>(sa);
-        memcpy(out, &a->sin_addr, 4);
-        memcpy(out + 16, &a->sin_port, 2);
-        *fam = 4;
-    } else if (sa->sa_family == AF_INET6) {
-        auto *a = reinterpret_cast<const sockaddr_in6 *>(sa);
-        if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
-            memcpy(out, a->sin6_addr.s6_addr + 12, 4);
-            *fam = 4;
-        } else {
-            memcpy(out, &a->sin6_addr, 16);
-            *fam = 6;
-        }
-        memcpy(out + 16, &a->sin6_port, 2);
-    }
-}
 
 Key make_key(const sockaddr *client, const sockaddr *server) noexcept
 {
@@ -134,18 +113,6 @@ struct Parked {  // a connection request no accept() has claimed yet
     Clock::time_point deadline;
 };
 
-struct Cached {
-    Reason reason;
-    Clock::time_point until;
-};
-
-using HostKey = std::array<uint8_t, 19>;  // family + address + port (0: the whole host)
-
-// Probes at once to a host whose last probe went unanswered: a host without RDMA (its
-// RoCE packets are dropped) costs every connection to it a queue pair until the probe
-// times out; the excess stays on TCP (timeout) until the host answers.
-constexpr int kUnansweredProbes = 4;
-
 class Engine {
 public:
     bool start() noexcept;
@@ -169,19 +136,7 @@ public:
         Clock::time_point until;
     };
     std::vector<Lingering> lingering;
-    // Definitive answers only, keyed by family + address + port; host-wide results (no
-    // device, no route) use port 0, results about one server process (no RDMA listener
-    // there) the server's port.  A timeout is no answer: it is never cached here.
-    std::map<HostKey, Cached> negative;
-    // Hosts whose last probe went unanswered (the negotiation timed out), until when: not
-    // a verdict (the probes go on, the first answer clears the entry), only a connect()
-    // that waits waits twice as long for them (as TCP backs off), and at most
-    // kUnansweredProbes run at once.
-    std::map<HostKey, Clock::time_point> unanswered;
-    std::map<HostKey, int> probing;  // client negotiations in flight, per host
-    // How long the peer takes to answer a request (accepting it): connect() waits
-    // (RDMASOCK_CONNECT_WAIT) up to its bound, as TCP follows the round-trip time.
-    Estimate setup;
+    Peers peers;  // what probes learnt of the peers
     std::vector<std::pair<std::shared_ptr<Conn>, Clock::time_point>> graveyard;
     std::vector<Conn *> retiring;
     // Requests claimed by an accept(): accepted by the progress thread, so accept()
@@ -205,10 +160,6 @@ public:
     // ROUTE_RESOLVED of a client negotiation (takes mu itself); false: not a client's.
     bool client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept;
     void finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop) noexcept;
-    // How long a connect() waits for the peer's answer after its request: the estimate's
-    // bound, at least RDMASOCK_PROBE_TIMEOUT_MS (twice that after a timeout: backoff), at
-    // most what still leaves time to switch (mu held).
-    Clock::duration answer_wait(bool backoff) const noexcept;
     int ep() const noexcept { return ep_; }
 
 private:
@@ -417,6 +368,7 @@ int Engine::timers() noexcept
                 ++it;
             }
         }
+        peers.expire(now);
         for (auto it = lingering.begin(); it != lingering.end();) {
             if (now >= it->until) {
                 RS_DEBUG("a closed listener's RDMA listener goes: its connections' windows have passed");
@@ -645,89 +597,6 @@ void Engine::handle(rdma_cm_event *ev) noexcept
         rdma_destroy_id(destroy_after_ack);
 }
 
-std::array<uint8_t, 19> cache_key(const sockaddr *peer, bool with_port) noexcept
-{
-    std::array<uint8_t, 19> k{};
-    uint8_t tmp[18];
-    put_addr(tmp, peer, &k[0]);
-    memcpy(k.data() + 1, tmp, with_port ? 18 : 16);
-    return k;
-}
-
-bool host_wide(Reason r) noexcept
-{
-    return r == Reason::peer_no_device || r == Reason::no_route || r == Reason::not_rdma_addr;
-}
-
-Reason cached(const sockaddr *peer) noexcept
-{
-    Engine *e = g_engine;
-    if (e == nullptr)
-        return Reason::none;
-    std::lock_guard<std::mutex> lk(e->mu);
-    for (bool with_port : {false, true}) {
-        auto it = e->negative.find(cache_key(peer, with_port));
-        if (it == e->negative.end())
-            continue;
-        if (Clock::now() >= it->second.until) {
-            e->negative.erase(it);
-            continue;
-        }
-        return it->second.reason;
-    }
-    return Reason::none;
-}
-
-// Whether a probe of `peer` is worth its cost now (mu held): Reason::none, or timeout
-// when the host's last probe went unanswered and kUnansweredProbes to it are out;
-// *backoff: the host's last probe went unanswered.
-Reason admit_locked(const sockaddr *peer, bool *backoff) noexcept
-{
-    *backoff = false;
-    auto host = cache_key(peer, false);
-    auto it = g_engine->unanswered.find(host);
-    if (it == g_engine->unanswered.end())
-        return Reason::none;
-    if (Clock::now() >= it->second) {
-        g_engine->unanswered.erase(it);
-        return Reason::none;
-    }
-    *backoff = true;
-    auto p = g_engine->probing.find(host);
-    return p != g_engine->probing.end() && p->second >= kUnansweredProbes ? Reason::timeout : Reason::none;
-}
-
-void mark_unanswered_locked(const sockaddr *peer) noexcept
-{
-    if (rt::config().neg_cache_ms > 0)
-        g_engine->unanswered[cache_key(peer, false)] = Clock::now() + Ms(rt::config().neg_cache_ms);
-}
-
-// Remember how a negotiation with `peer` ended (mu held): a timeout marks the host
-// unanswered (not a verdict: see Engine::unanswered); any answer clears that mark; an
-// answer from rdmasock there (RDMA, or a DECLINE) clears what was cached of the peer; a
-// definitive failure is cached (host-wide or for that port, see Engine::negative).
-void remember_locked(const sockaddr *peer, Reason r) noexcept
-{
-    if (g_engine == nullptr)
-        return;
-    auto host = cache_key(peer, false);
-    if (r == Reason::timeout) {
-        mark_unanswered_locked(peer);
-        return;
-    }
-    g_engine->unanswered.erase(host);  // whatever the answer, it came
-    if (r == Reason::none) {
-        g_engine->negative.erase(host);
-        g_engine->negative.erase(cache_key(peer, true));
-        return;
-    }
-    if (rt::config().neg_cache_ms <= 0)
-        return;
-    g_engine->negative[host_wide(r) ? host : cache_key(peer, true)] =
-        Cached{r, Clock::now() + Ms(rt::config().neg_cache_ms)};
-}
-
 unsigned long ring_bytes() noexcept
 {
     unsigned long kb = static_cast<unsigned long>(rt::config().ring_kb);
@@ -799,9 +668,7 @@ void Engine::finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop)
         return;
     ClientNeg n = std::move(it->second);
     clients.erase(it);
-    auto pit = probing.find(cache_key(reinterpret_cast<sockaddr *>(&n.peer), false));
-    if (pit != probing.end() && --pit->second <= 0)
-        probing.erase(pit);
+    peers.ended(reinterpret_cast<sockaddr *>(&n.peer));
     // On RDMA the TCP socket stays watched (liveness, urgent data); a closed socket's fd
     // number may be another's now.
     if (n.watched && !n.orphaned && r != Reason::none)
@@ -834,7 +701,7 @@ void Engine::finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop)
     }
     if ((r == Reason::peer_no_rdmasock || r == Reason::timeout || r == Reason::peer_no_device) && n.tcp_ok &&
         !n.answered)
-        remember_locked(reinterpret_cast<sockaddr *>(&n.peer), r);
+        peers.remember(reinterpret_cast<sockaddr *>(&n.peer), r);
 }
 
 bool Engine::client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept
@@ -897,22 +764,12 @@ bool Engine::client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) 
             // connect() that waits (RDMASOCK_CONNECT_WAIT) waits answer_wait(): as long as
             // answers have been taking, at least the probe timeout; then the connection
             // is TCP (timeout), and the request is withdrawn.
-            n.deadline = Clock::now() + (n.wait ? answer_wait(n.backoff) : Clock::duration(switch_window()));
+            n.deadline = Clock::now() + (n.wait ? peers.answer_wait(n.backoff) : Clock::duration(switch_window()));
         }
     }
     if (r != Reason::none)
         finish_client(c, r, drop);
     return true;
-}
-
-Clock::duration Engine::answer_wait(bool backoff) const noexcept
-{
-    using us = Estimate::us;
-    const us floor = std::chrono::duration_cast<us>(Ms(rt::config().probe_timeout_ms * (backoff ? 2 : 1)));
-    us ceiling = std::chrono::duration_cast<us>(switch_window() - switch_margin());
-    if (ceiling < floor)
-        ceiling = floor;
-    return setup.bound(floor, ceiling);
 }
 
 void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept
@@ -934,7 +791,7 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
         if (r == Reason::none && !(a.nonce == n.hello.nonce))
             r = Reason::bad_message;
         if (r == Reason::none)  // from the request to the answer
-            setup.sample(std::chrono::duration_cast<Estimate::us>(Clock::now() - n.t_connect));
+            peers.answered_in(std::chrono::duration_cast<Estimate::us>(Clock::now() - n.t_connect));
         if (r == Reason::none && a.ring.log2 > max_peer_ring_log2())
             r = Reason::limit;
         if (r == Reason::none)
@@ -943,7 +800,7 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
         // CONFIRM in the TCP stream.
         if (r == Reason::none && n.orphaned) {
             // The peer runs rdmasock: worth remembering; the connection itself is gone.
-            remember_locked(reinterpret_cast<sockaddr *>(&n.peer), Reason::none);
+            peers.remember(reinterpret_cast<sockaddr *>(&n.peer), Reason::none);
             r = Reason::closed_early;
         }
         // The server waits for the SWITCH for switch_window() from its accept, which
@@ -952,7 +809,7 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
         // up, and its CONFIRM would then be bytes of the server program's stream: too
         // late, the connection stays on TCP, untouched.
         if (r == Reason::none && Clock::now() > n.t_connect + switch_window() - switch_margin()) {
-            remember_locked(reinterpret_cast<sockaddr *>(&n.peer), Reason::none);  // it runs rdmasock
+            peers.remember(reinterpret_cast<sockaddr *>(&n.peer), Reason::none);  // it runs rdmasock
             RS_DEBUG("negotiation fd=%d: the answer was handled %ld us after the request: too late to switch",
                      c->tcp_fd(), static_cast<long>(std::chrono::duration_cast<std::chrono::microseconds>(
                                       Clock::now() - n.t_connect).count()));
@@ -964,7 +821,7 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
             c->refresh_watch();  // the progress thread writes the CONFIRM at the SWITCH's completion
             sockaddr_storage peer = n.peer;
             finish_client(c, Reason::none, drop);
-            remember_locked(reinterpret_cast<sockaddr *>(&peer), Reason::none);
+            peers.remember(reinterpret_cast<sockaddr *>(&peer), Reason::none);
             return;
         }
         break;
@@ -977,7 +834,7 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
         if (ev->event == RDMA_CM_EVENT_REJECTED && ev->param.conn.private_data != nullptr &&
             neg::is_decline(ev->param.conn.private_data, ev->param.conn.private_data_len)) {
             n.answered = true;
-            remember_locked(reinterpret_cast<sockaddr *>(&n.peer), Reason::none);
+            peers.remember(reinterpret_cast<sockaddr *>(&n.peer), Reason::none);
         }
         break;
     }
@@ -1005,11 +862,9 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
     Engine *e = r == Reason::none ? engine() : nullptr;  // started only for a connection that may be offloaded
     if (r == Reason::none && e == nullptr)
         r = Reason::resource;
-    if (r == Reason::none)
-        r = cached(reinterpret_cast<sockaddr *>(&n.peer));
-    if (r == Reason::none) {
+    if (r == Reason::none) {  // what earlier probes learnt of the peer
         std::lock_guard<std::mutex> lk(e->mu);
-        r = admit_locked(reinterpret_cast<sockaddr *>(&n.peer), &n.backoff);
+        r = e->peers.admit(reinterpret_cast<sockaddr *>(&n.peer), &n.backoff);
     }
     std::shared_ptr<Conn> conn;
     if (r == Reason::none) {
@@ -1075,13 +930,14 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
     n.conn = conn;
     n.wait = wait;
     n.t0 = Clock::now();
-    // Resolution and set-up (slow on a loaded machine): bounded, not by the probe timeout.
-    n.deadline = n.t0 + switch_window();
+    // Resolution and set-up (slow on a loaded machine): bounded by the switch window, or,
+    // when connect() waits for them, by the answer window.
+    n.deadline = n.t0 + (wait ? answer_window() : switch_window());
     rdma_cm_id *id = n.id->get();
     {
         std::shared_ptr<rdma::CmId> drop;  // destroyed after the lock is released
         std::lock_guard<std::mutex> lk(e->mu);
-        ++e->probing[cache_key(reinterpret_cast<sockaddr *>(&n.peer), false)];
+        e->peers.started(reinterpret_cast<sockaddr *>(&n.peer));
         e->conns.emplace(conn.get(), conn);
         e->clients.emplace(conn.get(), std::move(n));
         // Under the lock: the events it produces are handled once the entry exists.
@@ -1102,7 +958,7 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
     if (!wait)
         return;
     // RDMASOCK_CONNECT_WAIT: connect() returns once the connection is decided (the
-    // negotiation's deadline: Engine::answer_wait() after the request).
+    // negotiation's deadline: Peers::answer_wait() after the request).
     while (conn->phase() == Conn::Phase::maybe) {
         pollfd p{conn->rd_fd(), POLLIN, 0};
         RS_REAL(poll)(&p, 1, 5);
@@ -1132,16 +988,20 @@ void on_listen(int fd, Socket &s) noexcept
     if (rdma_bind_addr(id->get(), reinterpret_cast<sockaddr *>(&addr)) != 0) {
         // The address may be held by this process's closed listener, lingering: take it.
         const int bind_err = errno;
-        const auto want = cache_key(reinterpret_cast<sockaddr *>(&addr), true);
+        const auto want = endpoint_key(reinterpret_cast<sockaddr *>(&addr), true);
         std::lock_guard<std::mutex> lk(e->mu);
         auto it = std::find_if(e->lingering.begin(), e->lingering.end(), [&](const Engine::Lingering &l) {
-            return cache_key(reinterpret_cast<const sockaddr *>(&l.addr), true) == want;
+            return endpoint_key(reinterpret_cast<const sockaddr *>(&l.addr), true) == want;
         });
         if (it == e->lingering.end()) {
             RS_DEBUG("listen fd=%d: no RDMA listener (%s)", fd, strerror(bind_err));
             return;
         }
         id = std::move(it->id);
+        // Its connections' windows still run: a failed listen() (drop_listener) or a
+        // close puts it back to linger that long at least.
+        s.last_accept_ms.store(std::chrono::duration_cast<Ms>((it->until - switch_window()).time_since_epoch()).count(),
+                               std::memory_order_relaxed);
         e->lingering.erase(it);
         RS_DEBUG("listen fd=%d: takes back the RDMA listener of its closed predecessor", fd);
     } else if (rdma_listen(id->get(), 128) != 0) {
@@ -1179,7 +1039,8 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
     socklen_t ll = sizeof local;
     if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &ll) != 0)
         return;
-    ls.last_accept_ms = std::chrono::duration_cast<Ms>(Clock::now().time_since_epoch()).count();
+    ls.last_accept_ms.store(std::chrono::duration_cast<Ms>(Clock::now().time_since_epoch()).count(),
+                            std::memory_order_relaxed);
     Key k = make_key(reinterpret_cast<sockaddr *>(&s.peer), reinterpret_cast<sockaddr *>(&local));
     auto conn = std::make_shared<Conn>(Conn::Side::server, fd, g_upcalls);
     conn->set_self(conn);
@@ -1257,9 +1118,10 @@ void drop_listener(Socket &s) noexcept
     if (g_engine != nullptr) {
         auto id = std::static_pointer_cast<rdma::CmId>(s.listener);
         // Connections it accepted within a switch window may still get their requests.
-        const auto until = Clock::time_point(Ms(s.last_accept_ms)) + switch_window();
+        const int64_t last = s.last_accept_ms.load(std::memory_order_relaxed);
+        const auto until = Clock::time_point(Ms(last)) + switch_window();
         std::lock_guard<std::mutex> lk(g_engine->mu);
-        if (s.last_accept_ms != 0 && Clock::now() < until) {
+        if (last != 0 && Clock::now() < until) {
             g_engine->lingering.push_back(Engine::Lingering{id, s.local, until});
             g_engine->wake();  // its deadline
             RS_DEBUG("a listener closed: its RDMA listener stays for the connections it just accepted");
@@ -1390,8 +1252,7 @@ void clear_cache() noexcept
     if (g_engine == nullptr)
         return;
     std::lock_guard<std::mutex> lk(g_engine->mu);
-    g_engine->negative.clear();
-    g_engine->unanswered.clear();
+    g_engine->peers.clear();
 }
 
 }  // namespace rdmasock::offload

@@ -120,6 +120,7 @@ SocketRef Socket::create(int domain, int type) noexcept
     s->transport = nullptr;
     s->listener.reset();
     s->listener_pid = 0;
+    s->last_accept_ms.store(0, std::memory_order_relaxed);
     s->rule_tcp = false;
     s->id = g_next_id.fetch_add(1, std::memory_order_relaxed);
     s->fds_.store(0, std::memory_order_relaxed);

@@ -65,7 +65,7 @@ public:
     Transport *transport = nullptr;  // null: kernel TCP (the default transport)
     std::shared_ptr<void> listener;  // the RDMA listener of a listening socket
     pid_t listener_pid = 0;          // the process that opened it
-    int64_t last_accept_ms = 0;      // a listener's last accept() (steady clock, ms)
+    std::atomic<int64_t> last_accept_ms{0};  // a listener's last accept() (steady clock, ms)
     bool rule_tcp = false;           // a listener the offload rules keep on TCP
     uint64_t id = 0;                 // process-unique connection id
 

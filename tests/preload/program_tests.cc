@@ -422,7 +422,16 @@ BOOST_AUTO_TEST_CASE(system_enable_disable)
     Result refused = sys("enable", bad);
     BOOST_CHECK_MESSAGE(refused.exit_code() == 1 && refused.err.find("refusing") != std::string::npos, refused.describe());
     BOOST_CHECK_EQUAL(testcommon::read_file(file), "/usr/lib/other.so\n");
-    BOOST_CHECK(!testcommon::file_exists(file + ".rdmasock-new"));
+    BOOST_CHECK_EQUAL(testcommon::run({program("sh"), "-c", "ls " + td.path() + " | grep -c rdmasock-new"}, env, 10000).out,
+                      "0\n");  // no temporary file left behind
+    // A commented-out entry is no entry (ld.so skips comments too).
+    testcommon::write_file(file, "# " + std::string(kLib) + "\n/usr/lib/other.so # a comment\n");
+    BOOST_CHECK_EQUAL(sys("status").exit_code(), 1);
+    BOOST_CHECK_EQUAL(sys("enable").exit_code(), 0);
+    BOOST_CHECK_EQUAL(testcommon::read_file(file),
+                      "# " + std::string(kLib) + "\n/usr/lib/other.so # a comment\n" + std::string(kLib) + "\n");
+    BOOST_CHECK_EQUAL(sys("disable").exit_code(), 0);
+    BOOST_CHECK_EQUAL(testcommon::read_file(file), "# " + std::string(kLib) + "\n/usr/lib/other.so # a comment\n");
     Result usage = testcommon::run({launcher, "system", "frobnicate"}, env, 10000);
     BOOST_CHECK_EQUAL(usage.exit_code(), 2);
 }
