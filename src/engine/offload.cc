@@ -437,11 +437,13 @@ void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
     if (r == Reason::none)
         r = c->post_initial_receives();
     if (r != Reason::none) {
-        reject(p.id->get(), r);
         // The operator must see a lack of locked memory or a limit; other failures here
-        // can be artefacts of a client that gave up meanwhile (its id is gone).
+        // can be artefacts of a client that gave up meanwhile (its id is gone).  Decided
+        // before the DECLINE leaves: the client, once it has it, sends its bytes, and
+        // the program may read them and ask the socket's state at once.
         if (r == Reason::memlock || r == Reason::limit)
             c->note_declined(r);
+        reject(p.id->get(), r);
         RS_DEBUG("declined an RDMA request: %s", reason_code(r));
         return;
     }
