@@ -976,6 +976,7 @@ void on_listen(int fd, Socket &s) noexcept
     socklen_t len = sizeof addr;
     if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0)
         return;
+    s.local = addr;
     // A loopback listener's connections never leave the host: no RDMA listener (and no
     // engine, no rdma-core) for it.
     if (loopback(addr))
@@ -1015,7 +1016,6 @@ void on_listen(int fd, Socket &s) noexcept
     }
     s.listener = id;
     s.listener_pid = getpid();
-    s.local = addr;
     RS_DEBUG("listen fd=%d: RDMA listener ready", fd);
 }
 
@@ -1027,12 +1027,8 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
             r = Reason::forked_listener;  // (the more precise of it and forked_child)
         else if (r == Reason::pending && ls.listener)
             r = Reason::forked_listener;
-        else if (r == Reason::pending) {
-            sockaddr_storage local{};
-            socklen_t ll = sizeof local;
-            const bool lo = RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &ll) == 0 && loopback(local);
-            r = lo ? Reason::not_rdma_addr : Reason::no_listener;
-        }
+        else if (r == Reason::pending)  // (the listener's address, from on_listen)
+            r = loopback(ls.local) ? Reason::not_rdma_addr : Reason::no_listener;
         s.reason.store(r, std::memory_order_relaxed);
         return;
     }
