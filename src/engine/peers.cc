@@ -106,7 +106,13 @@ void Peers::remember(const sockaddr *peer, Reason r) noexcept
 Peers::Clock::duration Peers::answer_wait(bool backoff) const noexcept
 {
     using us = Estimate::us;
-    const us floor = std::chrono::duration_cast<us>(Ms(rt::config().probe_timeout_ms * (backoff ? 2 : 1)));
+    us floor = std::chrono::duration_cast<us>(Ms(rt::config().probe_timeout_ms * (backoff ? 2 : 1)));
+    // Answer times have long tails where they are slow (a loaded or emulated machine:
+    // 40-60 ms answers with one of 100+ ms among them): never less than 5 x their mean,
+    // as TCP never lets its timeout near the round-trip time.  Where answers are fast
+    // this stays under the probe timeout.
+    if (!answers_.empty() && answers_.mean() * 5 > floor)
+        floor = answers_.mean() * 5;
     us ceiling = std::chrono::duration_cast<us>(windows::switch_window() - windows::switch_margin());
     if (ceiling < floor)
         ceiling = floor;

@@ -39,8 +39,8 @@ public:
     // The time from a request to its accepting answer.
     void answered_in(Estimate::us took) noexcept { answers_.sample(took); }
     // How long a connect() waits for the answer after its request: the answers' bound
-    // (mean + 4 deviations), at least RDMASOCK_PROBE_TIMEOUT_MS (twice that with
-    // backoff), at most what still leaves time to switch.
+    // (mean + 4 deviations, at least 5 x the mean), at least RDMASOCK_PROBE_TIMEOUT_MS
+    // (twice that with backoff), at most what still leaves time to switch.
     Clock::duration answer_wait(bool backoff) const noexcept;
     void clear() noexcept;
     // Drops what has expired (the maps stay as large as what is still remembered).
