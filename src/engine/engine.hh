@@ -1,0 +1,155 @@
+// The engine: the progress thread and the state it shares with the program's calls
+// (connections, negotiations in flight, parked requests, listeners).  Internal to
+// src/engine: offload.cc (the progress thread, the server side, the program's calls),
+// client.cc (the client side of the negotiation).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <netinet/in.h>
+#include <unistd.h>
+#include <vector>
+
+#include "base/real.hh"
+#include "conn/rdma_conn.hh"
+#include "conn/windows.hh"
+#include "engine/peers.hh"
+#include "rdma/owners.hh"
+#include "wire/negotiate.hh"
+
+namespace rdmasock::offload {
+
+// What connections ask of the engine (conn/upcalls.hh), defined in offload.cc.
+void interest(Conn &c) noexcept;
+void release_rdma(Conn &c) noexcept;
+void retire(Conn &c) noexcept;
+void set_comp_watch(Conn &c, bool on) noexcept;
+void watch_tcp_out(Conn &c, bool on) noexcept;
+// The Upcalls every Conn the engine makes is given.
+Upcalls &upcalls() noexcept;
+
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
+using windows::answer_window;
+using windows::switch_margin;
+using windows::switch_window;
+
+// A TCP connection's 4-tuple, as the client sees it: family, client address and port,
+// server address and port.  IPv4-mapped IPv6 addresses are folded to IPv4.
+using Key = std::array<uint8_t, 1 + 16 + 2 + 16 + 2>;
+
+Key make_key(const sockaddr *client, const sockaddr *server) noexcept;
+
+// Tag in epoll data: pointer | kind.
+enum Kind : uint64_t { kCm = 1, kCmd = 2, kComp = 3, kTcp = 0 };
+
+// A client negotiation in flight, driven by rdma_cm events on the progress thread
+// while the program already uses the TCP connection.
+struct ClientNeg {
+    std::shared_ptr<Conn> conn;
+    std::shared_ptr<rdma::CmId> id;
+    sockaddr_storage local{};
+    sockaddr_storage peer{};
+    neg::Hello hello;
+    Clock::time_point t0{};
+    Clock::time_point deadline{};  // of the current step
+    long t_route = 0, t_res = 0;   // microseconds since t0 (debug log)
+    Clock::time_point t_connect{}; // rdma_connect sent
+    bool connecting = false;       // rdma_connect sent
+    bool wait = false;             // connect() waits for the outcome (RDMASOCK_CONNECT_WAIT)
+    // The program closed the socket first (reason closed_early): the negotiation runs on
+    // only so that its outcome about the peer is cached; tcp_ok: the TCP connection had
+    // been made (a refused connect says nothing about RDMA).
+    bool orphaned = false;
+    bool tcp_ok = false;
+    bool watched = false;  // the progress thread watches the TCP socket
+    bool answered = false; // the peer's rdmasock answered (even if too late to switch)
+    bool backoff = false;  // the host's last probe went unanswered: wait twice as long
+};
+
+struct Parked {  // a connection request no accept() has claimed yet
+    std::shared_ptr<rdma::CmId> id;
+    neg::Hello hello;
+    Clock::time_point deadline;
+};
+
+class Engine {
+public:
+    bool start() noexcept;
+    bool running() const noexcept { return started_; }
+    std::shared_ptr<rdma::CmChannel> channel() const noexcept { return cm_; }
+
+    std::mutex mu;  // guards everything below
+    std::map<Conn *, std::shared_ptr<Conn>> conns;   // live connections with an id
+    std::map<Conn *, ClientNeg> clients;             // client negotiations in flight
+    std::map<Key, std::shared_ptr<Conn>> maybe;      // accepted, not decided
+    std::map<Conn *, Key> keys;                      // the 4-tuple of each `maybe` entry
+    std::map<Key, Parked> parked;                    // requests, not accepted yet
+    std::map<rdma_cm_id *, std::shared_ptr<rdma::CmId>> listeners;
+    // RDMA listeners whose TCP listener was closed while connections it accepted were
+    // still undecided (a server that accepts one connection and closes its listener):
+    // they go on receiving those connections' requests until the connections' windows
+    // have passed; a new listener of this process on the same address takes one back.
+    struct Lingering {
+        std::shared_ptr<rdma::CmId> id;
+        sockaddr_storage addr;
+        Clock::time_point until;
+    };
+    std::vector<Lingering> lingering;
+    Peers peers;  // what probes learnt of the peers
+    std::vector<std::pair<std::shared_ptr<Conn>, Clock::time_point>> graveyard;
+    std::vector<Conn *> retiring;
+    // Requests claimed by an accept(): accepted by the progress thread, so accept()
+    // itself never waits for queue pairs and rings to be created.
+    std::vector<std::pair<std::shared_ptr<Conn>, Parked>> claimed;
+
+    void watch(Conn &c) noexcept;
+    void unwatch(Conn &c) noexcept;      // both fds (the TCP fd must still be open)
+    void unwatch_tcp(Conn &c) noexcept;  // before the program's close of the TCP fd
+    void unwatch_comp(Conn &c) noexcept;
+    void watch_comp(Conn &c) noexcept;
+    void wake() noexcept
+    {
+        uint64_t one = 1;
+        ssize_t r = RS_REAL(write)(cmd_efd_, &one, sizeof one);
+        (void)r;
+    }
+    void accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept;
+    // A client negotiation step (mu held); ends it (finish_client) on failure.
+    void client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept;
+    // ROUTE_RESOLVED of a client negotiation (takes mu itself); false: not a client's.
+    bool client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept;
+    void finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop) noexcept;
+    int ep() const noexcept { return ep_; }
+
+private:
+    void loop() noexcept;
+    void on_cm_events() noexcept;
+    void handle(rdma_cm_event *ev) noexcept;
+    int timers() noexcept;  // returns the epoll timeout until the next deadline (-1: none)
+    void reject(rdma_cm_id *id, Reason why) noexcept;
+
+    bool started_ = false;
+    int ep_ = -1;
+    int cmd_efd_ = -1;
+    std::shared_ptr<rdma::CmChannel> cm_;
+};
+
+// The queue pair's local ACK timeout: 4.096 us * 2^18 ~ 1 s per try, 7 tries.  Under a
+// loaded machine (or software RoCE under emulation) the default (~67 ms) lets a slow
+// The queue pair's local ACK timeout (see offload.cc).
+void set_ack_timeout(rdma_cm_id *id) noexcept;
+// The engine of this process (null before the first connection that may be offloaded).
+extern Engine *g_engine;
+// The engine, started if need be; null when it cannot run (rdma-core cannot be loaded).
+Engine *engine() noexcept;
+unsigned ring_log2() noexcept;
+// The largest receive ring of a peer we accept to mirror.
+unsigned max_peer_ring_log2() noexcept;
+bool loopback(const sockaddr_storage &a) noexcept;
+long us_since(std::chrono::steady_clock::time_point t0) noexcept;
+
+}  // namespace rdmasock::offload
