@@ -63,6 +63,17 @@ std::shared_ptr<rdma::CmId> Conn::release_client_rdma() noexcept
     return link_.release();
 }
 
+std::shared_ptr<rdma::CmId> Conn::restart_client_rdma() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (side_ != Side::client || sw_.phase() != Phase::maybe || closed_)
+        return {};
+    auto id = link_.cm_id_ref();
+    link_.release_queues();  // the queue pair before the rings it used
+    ring_.release();
+    return id;
+}
+
 void Conn::before_fork() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);

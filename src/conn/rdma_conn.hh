@@ -69,6 +69,10 @@ public:
     // is handed back (to be destroyed once its events are acknowledged): a server that
     // accepts the request late finds no one there.
     std::shared_ptr<rdma::CmId> release_client_rdma() noexcept;
+    // A client request sent on to another port: its queue pair, queues and rings go
+    // (create_resources() makes new ones on the new id); the old id is handed back.
+    // Null when the connection is no longer negotiating.
+    std::shared_ptr<rdma::CmId> restart_client_rdma() noexcept;
     // Client, before fork(): a negotiation still running is given up (the child would
     // write to the TCP socket behind our count).
     void before_fork() noexcept override;

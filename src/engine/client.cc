@@ -209,6 +209,16 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
     }
     default:
         RS_DEBUG("negotiation fd=%d: %s (status %d)", c->tcp_fd(), rdma_event_str(ev->event), ev->status);
+        if (ev->event == RDMA_CM_EVENT_REJECTED && !n.redirected && !n.orphaned && ev->param.conn.private_data) {
+            // The port's holder sends us on to the process that accepted the connection.
+            const uint16_t port = neg::decode_redirect(ev->param.conn.private_data, ev->param.conn.private_data_len);
+            if (port != 0) {
+                r = redirect_client(n, port, drop);
+                if (r == Reason::none)
+                    return;
+                break;
+            }
+        }
         r = failure_reason(ev);
         // A DECLINE comes from rdmasock on the peer: whatever it says is about this
         // connection (a timeout included), not a reason to skip the next probes.
@@ -221,6 +231,41 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
     }
     if (r != Reason::none)
         finish_client(c, r, drop);
+}
+
+Reason Engine::redirect_client(ClientNeg &n, uint16_t port, std::shared_ptr<rdma::CmId> &drop) noexcept
+{
+    // mu held.  The request's queue pair and rings go with its id, which is destroyed
+    // only once the REJECTED is acknowledged (in `drop`, or in n.id when this fails:
+    // finish_client() hands it to `drop` then); the new id gets new ones at its
+    // ROUTE_RESOLVED.
+    n.redirected = true;
+    n.answered = true;  // rdmasock runs there
+    n.connecting = false;
+    if (!n.conn->restart_client_rdma())
+        return Reason::closed_early;  // (the connection was decided meanwhile)
+    int err = 0;
+    auto id = rdma::CmId::create(cm_, n.conn.get(), RDMA_PS_TCP, &err);
+    if (!id)
+        return Reason::resource;
+    sockaddr_storage dst = n.peer, src = n.local;
+    if (dst.ss_family == AF_INET) {
+        reinterpret_cast<sockaddr_in *>(&dst)->sin_port = htons(port);
+        reinterpret_cast<sockaddr_in *>(&src)->sin_port = 0;
+    } else {
+        reinterpret_cast<sockaddr_in6 *>(&dst)->sin6_port = htons(port);
+        reinterpret_cast<sockaddr_in6 *>(&src)->sin6_port = 0;
+    }
+    // (A failure here leaves no event of the new id to acknowledge: it goes at once.)
+    if (rdma_resolve_addr(id->get(), reinterpret_cast<sockaddr *>(&src), reinterpret_cast<sockaddr *>(&dst),
+                          static_cast<int>(switch_window().count())) != 0)
+        return Reason::not_rdma_addr;
+    drop = std::move(n.id);
+    n.id = std::move(id);
+    n.deadline = Clock::now() + (n.wait ? answer_window() : switch_window());
+    RS_DEBUG("negotiation fd=%d: sent on to port %u (the process that accepted the connection)", n.conn->tcp_fd(),
+             port);
+    return Reason::none;
 }
 
 void client_negotiate(int fd, Socket &s, bool wait) noexcept
@@ -241,8 +286,8 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
     // not worth a probe.
     Reason r = loopback(n.local) ? Reason::not_rdma_addr : Reason::none;
     Engine *e = r == Reason::none ? engine() : nullptr;  // started only for a connection that may be offloaded
-    if (r == Reason::none && e == nullptr)
-        r = Reason::resource;
+    if (r == Reason::none && e == nullptr)  // (forked_child: a fork child without rdma-core of its own)
+        r = rt::default_reason() == Reason::pending ? Reason::resource : rt::default_reason();
     if (r == Reason::none) {  // what earlier probes learnt of the peer
         std::lock_guard<std::mutex> lk(e->mu);
         r = e->peers.admit(reinterpret_cast<sockaddr *>(&n.peer), &n.backoff);

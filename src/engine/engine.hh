@@ -17,6 +17,7 @@
 #include "conn/rdma_conn.hh"
 #include "conn/windows.hh"
 #include "engine/peers.hh"
+#include "process/registry.hh"
 #include "rdma/owners.hh"
 #include "wire/negotiate.hh"
 
@@ -68,13 +69,33 @@ struct ClientNeg {
     bool watched = false;  // the progress thread watches the TCP socket
     bool answered = false; // the peer's rdmasock answered (even if too late to switch)
     bool backoff = false;  // the host's last probe went unanswered: wait twice as long
+    bool redirected = false;  // sent on to another port once already (a pre-fork server's worker)
 };
 
 struct Parked {  // a connection request no accept() has claimed yet
     std::shared_ptr<rdma::CmId> id;
     neg::Hello hello;
     Clock::time_point deadline;
+    // Not accepted by this process: another process of the listener's group (a pre-fork
+    // worker) may record it in the listener's table under this name.
+    std::shared_ptr<Registry> reg;
+    uint64_t name = 0;
 };
+
+// An RDMA listener: the port's own (made at listen(), with the table it shares with the
+// processes that inherit the listener), or this process's own port, where requests sent
+// on by the port's holder arrive (reg null).
+struct Listener {
+    std::shared_ptr<rdma::CmId> id;
+    std::shared_ptr<Registry> reg;
+};
+
+// Milliseconds of the steady clock (the registry's time: every process of the host
+// reads the same clock).
+inline int64_t steady_ms(Clock::time_point t) noexcept
+{
+    return std::chrono::duration_cast<Ms>(t.time_since_epoch()).count();
+}
 
 class Engine {
 public:
@@ -88,7 +109,15 @@ public:
     std::map<Key, std::shared_ptr<Conn>> maybe;      // accepted, not decided
     std::map<Conn *, Key> keys;                      // the 4-tuple of each `maybe` entry
     std::map<Key, Parked> parked;                    // requests, not accepted yet
-    std::map<rdma_cm_id *, std::shared_ptr<rdma::CmId>> listeners;
+    std::map<rdma_cm_id *, Listener> listeners;
+    // This process's own RDMA listeners, one per local address, on a port rdma_cm chose:
+    // where the holder of a listener this process inherited sends requests on.
+    struct Own {
+        sockaddr_storage addr;
+        std::shared_ptr<rdma::CmId> id;
+        uint16_t port;
+    };
+    std::vector<Own> own;
     // RDMA listeners whose TCP listener was closed while connections it accepted were
     // still undecided (a server that accepts one connection and closes its listener):
     // they go on receiving those connections' requests until the connections' windows
@@ -124,6 +153,14 @@ public:
     bool client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) noexcept;
     void finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop) noexcept;
     int ep() const noexcept { return ep_; }
+    // The port of this process's own RDMA listener on `local`'s address (made on first
+    // use); 0 when it cannot be made.  Takes mu.
+    uint16_t own_listener(const sockaddr_storage &local) noexcept;
+    // A REJECTED that names a port to go on to (mu held): the negotiation starts again
+    // there, on a new id; Reason::none, or why not.
+    Reason redirect_client(ClientNeg &n, uint16_t port, std::shared_ptr<rdma::CmId> &drop) noexcept;
+    // In a fork child: close this process's copies of the parent's engine descriptors.
+    void close_inherited() noexcept;
 
 private:
     void loop() noexcept;
@@ -131,6 +168,8 @@ private:
     void handle(rdma_cm_event *ev) noexcept;
     int timers() noexcept;  // returns the epoll timeout until the next deadline (-1: none)
     void reject(rdma_cm_id *id, Reason why) noexcept;
+    // A parked request whose connection another process of the group recorded: on to it.
+    bool send_on(Parked &p, Clock::time_point now) noexcept;
 
     bool started_ = false;
     int ep_ = -1;

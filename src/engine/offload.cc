@@ -82,6 +82,10 @@ void set_ack_timeout(rdma_cm_id *id) noexcept
 
 Engine *g_engine = nullptr;
 std::mutex g_start_mu;
+bool g_fork_reloads = false;  // a fork child of a process that had loaded rdma-core
+// How often the engine looks for a parked request's connection in its listener's table
+// (another process of the group accepting it) while the request waits.
+constexpr int kRegistryPollMs = 5;
 // The largest receive ring of a peer we accept to mirror with a send staging ring of the
 // same size: our own ring size, at least 4 MiB.  A bigger one (a peer configured very
 // differently, or a third party making us pin memory) is declined with `limit`.
@@ -98,9 +102,21 @@ Engine *engine() noexcept
     std::lock_guard<std::mutex> lk(g_start_mu);
     if (g_engine == nullptr)
         g_engine = new (std::nothrow) Engine();
-    if (g_engine == nullptr || (!g_engine->running() && !g_engine->start()))
+    if (g_engine == nullptr || (!g_engine->running() && !g_engine->start())) {
+        // A fork child that cannot load a copy of rdma-core of its own (dlmopen): its
+        // connections stay on TCP, and say why.
+        if (g_fork_reloads)
+            rt::no_rdma_in_fork_child();
         return nullptr;
+    }
     return g_engine;
+}
+
+void Engine::close_inherited() noexcept
+{
+    RS_REAL(close)(ep_);
+    RS_REAL(close)(cmd_efd_);
+    ep_ = cmd_efd_ = -1;
 }
 
 bool Engine::start() noexcept
@@ -254,12 +270,17 @@ int Engine::timers() noexcept
             }
         }
         for (auto it = parked.begin(); it != parked.end();) {
-            if (now >= it->second.deadline) {
+            if (send_on(it->second, now)) {
+                expired.push_back(std::move(it->second.id));
+                it = parked.erase(it);
+            } else if (now >= it->second.deadline) {
                 reject(it->second.id->get(), Reason::rejected);
                 expired.push_back(std::move(it->second.id));
                 it = parked.erase(it);
             } else {
                 next = std::min(next, it->second.deadline);
+                if (it->second.reg)  // its process may record it: look again soon
+                    next = std::min(next, now + Ms(kRegistryPollMs));
                 ++it;
             }
         }
@@ -309,6 +330,50 @@ void Engine::reject(rdma_cm_id *id, Reason why) noexcept
     uint8_t d[neg::kDeclineSize];
     neg::encode_decline(why, d);
     rdma_reject(id, d, sizeof d);
+}
+
+bool Engine::send_on(Parked &p, Clock::time_point now) noexcept
+{
+    // mu held.
+    Registry::Entry re;
+    if (!p.reg || !p.reg->find(p.name, steady_ms(now), &re) || re.pid == getpid())
+        return false;
+    uint8_t d[neg::kDeclineSize];
+    neg::encode_redirect(re.port, d);
+    rdma_reject(p.id->get(), d, sizeof d);
+    p.reg->erase(p.name);
+    RS_DEBUG("RDMA request from port %u: accepted by process %d, sent on to its port %u", p.hello.client_port,
+             static_cast<int>(re.pid), re.port);
+    return true;
+}
+
+uint16_t Engine::own_listener(const sockaddr_storage &local) noexcept
+{
+    const auto want = endpoint_key(reinterpret_cast<const sockaddr *>(&local), false);
+    std::lock_guard<std::mutex> lk(mu);
+    for (const Own &o : own)
+        if (endpoint_key(reinterpret_cast<const sockaddr *>(&o.addr), false) == want)
+            return o.port;
+    int err = 0;
+    auto id = rdma::CmId::create(cm_, nullptr, RDMA_PS_TCP, &err);
+    if (!id)
+        return 0;
+    sockaddr_storage a = local;
+    if (a.ss_family == AF_INET)
+        reinterpret_cast<sockaddr_in *>(&a)->sin_port = 0;
+    else
+        reinterpret_cast<sockaddr_in6 *>(&a)->sin6_port = 0;
+    if (rdma_bind_addr(id->get(), reinterpret_cast<sockaddr *>(&a)) != 0 || rdma_listen(id->get(), 128) != 0) {
+        RS_DEBUG("no RDMA listener of this process's own: %s", strerror(errno));
+        return 0;
+    }
+    const sockaddr *got = rdma_get_local_addr(id->get());
+    const uint16_t port = ntohs(got->sa_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6 *>(got)->sin6_port
+                                                            : reinterpret_cast<const sockaddr_in *>(got)->sin_port);
+    listeners[id->get()] = Listener{id, nullptr};
+    own.push_back(Own{local, std::move(id), port});
+    RS_DEBUG("RDMA listener of this process's own on port %u", port);
+    return port;
 }
 
 void Engine::on_cm_events() noexcept
@@ -426,8 +491,17 @@ void Engine::handle(rdma_cm_event *ev) noexcept
                 break;
             }
             id->context = nullptr;
-            Parked p{owned, h, Clock::now() + answer_window()};
+            Parked p{owned, h, Clock::now() + answer_window(), nullptr, 0};
             auto mit = maybe.find(k);
+            if (mit == maybe.end() && lit->second.reg) {
+                // Not accepted here: perhaps by another process of the listener's group.
+                p.reg = lit->second.reg;
+                p.name = registry_key(k.data(), static_cast<unsigned>(k.size()));
+                if (send_on(p, Clock::now())) {
+                    drop_after_ack = std::move(owned);
+                    break;
+                }
+            }
             // Accepted only for a connection this process accepted and has started to
             // read from (or wait for input on): a process that accepts and forks a
             // child to serve the connection never binds RDMA to it behind the child.
@@ -567,6 +641,7 @@ void on_listen(int fd, Socket &s) noexcept
             return;
         }
         id = std::move(it->id);
+        s.registry = e->listeners[id->get()].reg;
         // Its connections' windows still run: a failed listen() (drop_listener) or a
         // close puts it back to linger that long at least.
         s.last_accept_ms.store(std::chrono::duration_cast<Ms>((it->until - switch_window()).time_since_epoch()).count(),
@@ -577,8 +652,11 @@ void on_listen(int fd, Socket &s) noexcept
         RS_DEBUG("listen fd=%d: no RDMA listener (%s)", fd, strerror(errno));
         return;
     } else {
+        // The table the processes that will inherit this listener (pre-fork workers)
+        // share with it: mapped now, before any fork.
+        s.registry = std::shared_ptr<Registry>(Registry::create(), Registry::destroy);
         std::lock_guard<std::mutex> lk(e->mu);
-        e->listeners[id->get()] = id;
+        e->listeners[id->get()] = Listener{id, s.registry};
     }
     s.listener = id;
     s.listener_pid = getpid();
@@ -587,10 +665,21 @@ void on_listen(int fd, Socket &s) noexcept
 
 void on_accept(Socket &ls, int fd, Socket &s) noexcept
 {
-    if (!ls.listener || ls.listener_pid != getpid() || g_engine == nullptr) {
+    Engine *e = g_engine;
+    // A listener another process opened (a pre-fork server's master): its RDMA listener
+    // is that process's.  This process gets requests for the connections it accepts on
+    // an RDMA listener of its own, where the holder sends them on (process/registry.hh).
+    uint16_t own_port = 0;
+    if (ls.listener && ls.listener_pid != getpid()) {
+        e = ls.registry && rt::default_reason() == Reason::pending ? engine() : nullptr;
+        own_port = e != nullptr ? e->own_listener(ls.local) : 0;
+        if (own_port == 0)
+            e = nullptr;
+    }
+    if (!ls.listener || e == nullptr) {
         Reason r = rt::default_reason();
         if (ls.listener && ls.listener_pid != getpid())
-            r = Reason::forked_listener;  // (the more precise of it and forked_child)
+            r = r == Reason::pending ? Reason::forked_listener : r;  // (forked_child: no rdma-core of its own)
         else if (r == Reason::pending && ls.listener)
             r = Reason::forked_listener;
         else if (r == Reason::pending)  // (the listener's address, from on_listen)
@@ -598,7 +687,6 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
         s.reason.store(r, std::memory_order_relaxed);
         return;
     }
-    Engine *e = g_engine;
     sockaddr_storage local{};
     socklen_t ll = sizeof local;
     if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &ll) != 0)
@@ -617,6 +705,13 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
         e->maybe[k] = conn;
         e->keys[conn.get()] = k;
         e->conns.emplace(conn.get(), conn);
+    }
+    if (own_port != 0) {  // the holder sends the client's request on to our own port
+        const int64_t now = steady_ms(Clock::now());
+        const int64_t until = now + static_cast<int64_t>(switch_window().count());
+        if (!ls.registry->put(registry_key(k.data(), static_cast<unsigned>(k.size())), {getpid(), own_port}, until,
+                              now))
+            RS_DEBUG("accept fd=%d: the listener's table is full: its request will not find us", fd);
     }
     // Until the first inbound bytes say otherwise, calls take the hooked path.
     conn->enter_pending();
@@ -778,13 +873,18 @@ void retire(Conn &c) noexcept
 void after_fork_child() noexcept
 {
     kits::after_fork_child();
-    // The parent's thread does not exist here and its RDMA objects are not usable: drop
-    // our view without destroying anything (the parent still owns them).
+    new (&g_start_mu) std::mutex();
+    // The parent's thread does not exist here and its RDMA objects are not ours: drop
+    // our view without destroying anything (the parent still owns them), closing our
+    // copies of its descriptors.  rdma-core's own state is the parent's too: the next
+    // connection that may be offloaded starts an engine of this process's own, on a
+    // fresh copy of rdma-core (rdma/dl.hh).
     if (g_engine != nullptr) {
-        new (&g_start_mu) std::mutex();
+        g_engine->close_inherited();
         g_engine = nullptr;  // leaked on purpose: its members refer to the parent's resources
-        rt::no_rdma_in_fork_child();
     }
+    if (rdma::dl::after_fork_child())
+        g_fork_reloads = true;
 }
 
 void set_comp_watch(Conn &c, bool on) noexcept

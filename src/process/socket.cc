@@ -120,6 +120,7 @@ SocketRef Socket::create(int domain, int type) noexcept
     s->transport = nullptr;
     s->listener.reset();
     s->listener_pid = 0;
+    s->registry.reset();
     s->last_accept_ms.store(0, std::memory_order_relaxed);
     s->rule_tcp = false;
     s->id = g_next_id.fetch_add(1, std::memory_order_relaxed);
@@ -140,6 +141,7 @@ void Socket::recycle() noexcept
         new (&listener) std::shared_ptr<void>();  // a fork child's copy: the parent's id
     else
         listener.reset();
+    registry.reset();  // (this process's view of the shared table)
     offloaded_.store(false, std::memory_order_relaxed);
     calls.store(0, std::memory_order_relaxed);
     deferred_fd = -1;

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "base/reason.hh"
+#include "process/registry.hh"
 
 namespace rdmasock {
 
@@ -65,6 +66,9 @@ public:
     Transport *transport = nullptr;  // null: kernel TCP (the default transport)
     std::shared_ptr<void> listener;  // the RDMA listener of a listening socket
     pid_t listener_pid = 0;          // the process that opened it
+    // A listener's table of which process serves which connection, shared with every
+    // process that inherits the listener (process/registry.hh); null without RDMA listener.
+    std::shared_ptr<Registry> registry;
     std::atomic<int64_t> last_accept_ms{0};  // a listener's last accept() (steady clock, ms)
     bool rule_tcp = false;           // a listener the offload rules keep on TCP
     uint64_t id = 0;                 // process-unique connection id

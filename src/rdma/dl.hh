@@ -20,4 +20,22 @@ bool load() noexcept;
 // Whether load() succeeded (tests: nothing is loaded before the first eligible socket).
 bool loaded() noexcept;
 
+// Whether the program had loaded rdma-core itself (then the library shares its copy, and
+// the device descriptors are not only ours).
+bool program_has_it() noexcept;
+
+// In a fork child: if rdma-core was loaded, its state (device handles opened by the
+// parent, whose use the kernel refuses the child; rdma_cm ids; the library's own
+// locks) is the parent's.  The next load() then loads a fresh copy in a link-map
+// namespace of its own (dlmopen), with its own C library: the forwarders copy that
+// library's errno into ours.  True if it was loaded.
+bool after_fork_child() noexcept;
+
+// Which copy of rdma-core this process uses: 0, one more at each fork child's
+// after_fork_child() that dropped a loaded copy.
+unsigned generation() noexcept;
+
+// The errno of the namespace's C library (null: rdma-core shares ours).
+extern int *(*g_ns_errno)();
+
 }  // namespace rdmasock::rdma::dl

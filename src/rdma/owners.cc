@@ -240,6 +240,8 @@ std::shared_ptr<Context> Context::borrow(ibv_context *ctx,
 
 Context::~Context()
 {
+    if (inherited())
+        return;
     if (owned_ && ctx_ != nullptr)
         ibv_close_device(ctx_);
 }
@@ -270,6 +272,8 @@ std::shared_ptr<Pd> Pd::create(std::shared_ptr<Context> ctx, int *err) noexcept
 
 Pd::~Pd()
 {
+    if (inherited())
+        return;
     if (pd_ != nullptr)
         ibv_dealloc_pd(pd_);
 }
@@ -302,6 +306,8 @@ std::shared_ptr<CompChannel> CompChannel::create(std::shared_ptr<Context> ctx,
 
 CompChannel::~CompChannel()
 {
+    if (inherited())
+        return;
     if (ch_ != nullptr)
         ibv_destroy_comp_channel(ch_);
 }
@@ -361,6 +367,8 @@ std::shared_ptr<Cq> Cq::create(std::shared_ptr<Context> ctx,
 
 Cq::~Cq()
 {
+    if (inherited())
+        return;
     if (cq_ != nullptr) {
         ack_pending();
         ibv_destroy_cq(cq_);
@@ -424,6 +432,8 @@ std::shared_ptr<Mr> Mr::reg(std::shared_ptr<Pd> pd, void *addr, size_t len, int 
 
 Mr::~Mr()
 {
+    if (inherited())
+        return;
     if (mr_ != nullptr)
         ibv_dereg_mr(mr_);
 }
@@ -470,6 +480,8 @@ std::shared_ptr<CmChannel> CmChannel::create(int *err) noexcept
 
 CmChannel::~CmChannel()
 {
+    if (inherited())
+        return;
     if (ch_ != nullptr)
         rdma_destroy_event_channel(ch_);
 }
@@ -528,6 +540,8 @@ std::shared_ptr<CmId> CmId::adopt(rdma_cm_id *id, std::shared_ptr<CmChannel> cha
 
 CmId::~CmId()
 {
+    if (inherited())
+        return;
     if (id_ == nullptr)
         return;
     if (id_->qp != nullptr)
@@ -619,6 +633,8 @@ std::shared_ptr<Qp> Qp::create(std::shared_ptr<Pd> pd, std::shared_ptr<Cq> send_
 
 Qp::~Qp()
 {
+    if (inherited())
+        return;
     if (qp_ == nullptr)
         return;
     if (id_)

@@ -28,19 +28,27 @@
 #include <memory>
 #include <mutex>
 
+#include "rdma/dl.hh"
+
 namespace rdmasock::rdma {
 
 class Cq;
 
-// Non-copyable, non-movable base.
+// Non-copyable, non-movable base.  An object made before a fork is, in the child, the
+// parent's (made by the parent's copy of rdma-core, on descriptors the child closed):
+// its destructor leaves it alone (dl::generation()).
 class Owner {
 public:
     Owner(const Owner &) = delete;
     Owner &operator=(const Owner &) = delete;
 
 protected:
-    Owner() = default;
+    Owner() noexcept : gen_(dl::generation()) {}
     ~Owner() = default;
+    bool inherited() const noexcept { return gen_ != dl::generation(); }
+
+private:
+    unsigned gen_;
 };
 
 // A device context (ibv_context).  Either opened and owned by us (closed on

@@ -159,6 +159,22 @@ void encode_decline(Reason r, uint8_t out[kDeclineSize]) noexcept
     out[5] = static_cast<uint8_t>(r);
 }
 
+void encode_redirect(uint16_t port, uint8_t out[kDeclineSize]) noexcept
+{
+    encode_decline(Reason::redirected, out);
+    out[6] = static_cast<uint8_t>(port >> 8);
+    out[7] = static_cast<uint8_t>(port);
+}
+
+uint16_t decode_redirect(const void *data, size_t len) noexcept
+{
+    uint8_t m[kDeclineSize];
+    if (decode_decline(data, len) != Reason::redirected)
+        return 0;
+    memcpy(m, data, kDeclineSize);
+    return static_cast<uint16_t>(m[6] << 8 | m[7]);
+}
+
 bool is_decline(const void *data, size_t len) noexcept
 {
     return data != nullptr && len >= kDeclineSize && memcmp(data, kMagicDecline, 4) == 0;
@@ -184,6 +200,7 @@ Reason decode_decline(const void *data, size_t len) noexcept
     case Reason::resource:
     case Reason::limit:
     case Reason::not_rdma_addr:
+    case Reason::redirected:
         return r;
     case Reason::no_device:
         return Reason::peer_no_device;

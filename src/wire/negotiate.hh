@@ -48,6 +48,9 @@ struct Accept {
 void encode(const Hello &h, uint8_t out[kHelloSize]) noexcept;
 void encode(const Accept &a, uint8_t out[kAcceptSize]) noexcept;
 void encode_decline(Reason r, uint8_t out[kDeclineSize]) noexcept;
+// A DECLINE that sends the request on to `port` (RDMA port space) of the same address:
+// reason `redirected`, the port in the two last bytes (network order).
+void encode_redirect(uint16_t port, uint8_t out[kDeclineSize]) noexcept;
 void encode_confirm(const Nonce &n, uint8_t out[kConfirmSize]) noexcept;
 
 // Decoders: `len` is what the peer sent (rdma_cm may pad private data with zeros).
@@ -58,6 +61,8 @@ bool is_decline(const void *data, size_t len) noexcept;
 // A DECLINE's reason, or bad_message when it is not one.  Reasons a peer may not claim
 // (none, pending...) are mapped to `rejected`.
 Reason decode_decline(const void *data, size_t len) noexcept;
+// The port of a redirecting DECLINE; 0 when `data` is not one (or names port 0).
+uint16_t decode_redirect(const void *data, size_t len) noexcept;
 
 // CONFIRM detection in a server's TCP stream, at the offset the client's SWITCH named.
 enum class ConfirmMatch { no, partial, yes };

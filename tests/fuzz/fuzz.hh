@@ -195,6 +195,7 @@ inline Reason decline_reason(uint8_t b) noexcept
     case Reason::resource:
     case Reason::limit:
     case Reason::not_rdma_addr:
+    case Reason::redirected:
         return static_cast<Reason>(b);
     case Reason::no_device:
         return Reason::peer_no_device;
@@ -218,6 +219,7 @@ inline bool decline_result(Reason r) noexcept
     case Reason::not_rdma_addr:
     case Reason::peer_no_device:
     case Reason::rejected:
+    case Reason::redirected:
         return true;
     default:
         return false;

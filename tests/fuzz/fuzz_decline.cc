@@ -38,6 +38,12 @@ FUZZ_TARGET(decline)
     if (size >= neg::kDeclineSize)
         FUZZ_CHECK(decode_exact(data, data[size - 1] % neg::kDeclineSize) == Reason::bad_message);
     FUZZ_CHECK(neg::decode_decline(nullptr, size) == Reason::bad_message);
+    // A redirect names its port; anything else names none.
+    const uint16_t port = neg::decode_redirect(data, size);
+    if (r == Reason::redirected)
+        FUZZ_CHECK(port == (data[6] << 8 | data[7]));
+    else
+        FUZZ_CHECK(port == 0);
 
     // The reason byte as logged: any value names a code, in range or "unknown".
     if (size > 5) {

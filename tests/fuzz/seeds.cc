@@ -104,6 +104,8 @@ std::vector<Seed> seeds()
         {"decline", "no_device", decline(Reason::no_device)},
         {"decline", "bad_message", decline(Reason::bad_message)},
         {"decline", "none", decline(Reason::none)},
+        {"decline", "redirect-40000", with(with(decline(Reason::redirected), 6, 0x9c), 7, 0x40)},
+        {"decline", "redirect-port-0", decline(Reason::redirected)},
         {"decline", "unknown-200", decline(static_cast<Reason>(200))},
         {"decline", "limit-padded-148", cat({decline(Reason::limit), zeros(148 - 8)})},
         {"decline", "truncated-7", head(decline(Reason::limit), 7)},

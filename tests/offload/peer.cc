@@ -21,6 +21,11 @@
 // --echo (server): send back what arrives, checking it is the client's stream from byte
 // 0.  --close-listener (server): close the listening socket right after each accept(),
 // as a one-shot server does, and listen anew on the same port for the next connection.
+// --prefork N (server): listen, then fork N workers that accept and serve the
+// connections (a pre-fork server: the master only waits).  --fork-per-conn (server):
+// accept, fork a child that serves the connection, close the parent's copy (inetd
+// style).  --fork-conns (client): make the first connection itself, each later one in a
+// fork child (a child of a process that has used RDMA).
 // --wait-mode poll|select|epoll: nonblocking socket, every EAGAIN waits for
 // readiness (10 s without it is a lost wake-up).
 //
@@ -60,7 +65,9 @@
 #include <sys/select.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -103,6 +110,9 @@ struct Options {
     // server: close the listening socket right after each accept() (a one-shot server
     // such as nc -l), and listen anew on the same port for the next connection
     bool close_listener = false;
+    int prefork = 0;            // server: workers that accept (0: this process accepts)
+    bool fork_per_conn = false; // server: a child serves each connection
+    bool fork_conns = false;    // client: connections after the first in fork children
     bool push = false;        // server: write only, never read
     int stall_ms = 0;         // SO_RCVTIMEO/SO_SNDTIMEO on stream connections
     std::string warmup;       // client: ADDR:PORT to connect to (and close) first
@@ -1470,11 +1480,58 @@ int listen_on(sockaddr_in &sa)
     return ls;
 }
 
+// Waits for every child; the worst exit status of them and this process.
+int reap_children()
+{
+    int st = 0;
+    pid_t p;
+    while ((p = wait(&st)) > 0 || (p < 0 && errno == EINTR)) {
+        if (p < 0)
+            continue;
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : kCallFailed;
+        if (!WIFEXITED(st))
+            errorf(kCallFailed, "child %d ended by signal %d", p, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+        else if (code != kOk && (g_exit == kOk || (code == kMismatch && g_exit != kMismatch)))
+            g_exit = code;
+    }
+    return g_exit;
+}
+
+// --prefork N: the workers share a count of the connections still to accept.
+int prefork_main(int ls, int n)
+{
+    auto *next = static_cast<std::atomic<int> *>(
+        mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    if (next == MAP_FAILED)
+        die("mmap: %s", strerror(errno));
+    new (next) std::atomic<int>(0);
+    for (int w = 0; w < opt.prefork; ++w) {
+        pid_t p = fork();
+        if (p < 0)
+            die("fork: %s", strerror(errno));
+        if (p == 0) {
+            for (int i; (i = next->fetch_add(1)) < n;) {
+                int fd = accept4(ls, nullptr, nullptr, SOCK_CLOEXEC);
+                if (fd < 0)
+                    die("accept: %s", strerror(errno));
+                serve_connection(fd, i, 0, " worker=" + std::to_string(w));
+            }
+            fflush(stdout);
+            _exit(g_exit);
+        }
+    }
+    int rc = reap_children();
+    close(ls);
+    return rc;
+}
+
 int server_main()
 {
     sockaddr_in sa = make_addr(opt.addr, opt.port);
     int ls = listen_on(sa);
     out_line("port=" + std::to_string(ntohs(sa.sin_port)));
+    if (opt.prefork > 0)
+        return prefork_main(ls, conn_count());
     for (int i = 0, n = conn_count(); i < n; ++i) {
         if (opt.accept_delay_ms > 0)
             usleep(static_cast<useconds_t>(opt.accept_delay_ms) * 1000);
@@ -1485,11 +1542,25 @@ int server_main()
             close(ls);
             ls = i + 1 < n ? listen_on(sa) : -1;  // (before serving: the client comes back at once)
         }
+        if (opt.fork_per_conn) {
+            pid_t p = fork();
+            if (p < 0)
+                die("fork: %s", strerror(errno));
+            if (p == 0) {
+                if (ls >= 0)
+                    close(ls);
+                serve_connection(fd, i, 0, " forked=1");
+                fflush(stdout);
+                _exit(g_exit);
+            }
+            close(fd);  // the parent's copy
+            continue;
+        }
         serve_connection(fd, i, 0);
     }
     if (ls >= 0)
         close(ls);
-    return g_exit;
+    return opt.fork_per_conn ? reap_children() : g_exit;
 }
 
 int client_main()
@@ -1511,6 +1582,19 @@ int client_main()
         usleep(300 * 1000);
     }
     for (int i = 0, n = conn_count(); i < n; ++i) {
+        if (opt.fork_conns && i > 0) {
+            pid_t p = fork();
+            if (p < 0)
+                die("fork: %s", strerror(errno));
+            if (p != 0) {  // the parent waits for the child that makes this connection
+                int st = 0;
+                while (waitpid(p, &st, 0) < 0 && errno == EINTR) {
+                }
+                if (!WIFEXITED(st) || WEXITSTATUS(st) != kOk)
+                    errorf(kCallFailed, "connection %d's child: status 0x%x", i, st);
+                continue;
+            }
+        }
         const std::string sc = opt.scenarios.empty() || opt.helper ? "" : opt.scenarios[static_cast<size_t>(i)];
         const bool nb = opt.nonblock_connect || sc == "nbconnect";
         int port = opt.ports.empty() ? opt.port : opt.ports[static_cast<size_t>(i) % opt.ports.size()];
@@ -1544,7 +1628,11 @@ int client_main()
         } else if (r != 0) {
             die("connect %s:%d: %s", opt.addr.c_str(), port, strerror(e));
         }
-        serve_connection(fd, i, dt, note);
+        serve_connection(fd, i, dt, note + (opt.fork_conns && i > 0 ? " forked=1" : ""));
+        if (opt.fork_conns && i > 0) {
+            fflush(stdout);
+            exit(g_exit);  // (exit: the library sends the connection's FIN at exit)
+        }
     }
     return g_exit;
 }
@@ -1646,6 +1734,8 @@ int main(int argc, char **argv)
         {"accept-delay-ms", required_argument, nullptr, 'D'}, {"wait-mode", required_argument, nullptr, 'w'},
         {"push", no_argument, nullptr, 'u'},          {"stall-ms", required_argument, nullptr, 'z'},
         {"warmup", required_argument, nullptr, 'y'},   {"close-listener", no_argument, nullptr, 'C'},
+        {"prefork", required_argument, nullptr, 'k'},  {"fork-per-conn", no_argument, nullptr, 'K'},
+        {"fork-conns", no_argument, nullptr, 'f'},
         {nullptr, 0, nullptr, 0}};
     optind = 2;
     int ch;
@@ -1674,6 +1764,9 @@ int main(int argc, char **argv)
         case 'T': opt.allow_tcp = true; break;
         case 'D': opt.accept_delay_ms = atoi(optarg); break;
         case 'C': opt.close_listener = true; break;
+        case 'k': opt.prefork = atoi(optarg); break;
+        case 'K': opt.fork_per_conn = true; break;
+        case 'f': opt.fork_conns = true; break;
         case 'u': opt.push = true; break;
         case 'z': opt.stall_ms = atoi(optarg); break;
         case 'y': opt.warmup = optarg; break;

@@ -155,9 +155,11 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         o->rdma = 1;
         o->across = true;
     } else if (key == "fork-connect") {
-        // The parent's engine started with its listener: the fork child's connection
-        // stays on TCP (forked_child); the parent's end then reads plain data.
-        o->tcp = {"client forked_child", "server peer_no_rdmasock"};
+        // The parent's engine started with its listener: the fork child loads a copy of
+        // rdma-core of its own, and its connection to the parent goes on RDMA (it
+        // stayed on TCP, forked_child, before).
+        o->rdma = 1;
+        o->across = true;
     } else if (key == "close-read") {
         // Parts 1, 2 and 3 use offloadable pairs; the new sockets of parts 2 and 3
         // connect before their server ends are accepted (timeout), then their server ends
@@ -1145,8 +1147,8 @@ PARITY_CASE(exit_with_connection_open, ({"exit-open"}), check_exit_open_log, kPa
 
 // A fork child of a process that already listens connects to it, writes, closes while
 // another of its threads reads, and exits: every byte, then EOF.  RDMA mode: the child's
-// connection stays on TCP with reason forked_child (it failed with "resource" before:
-// posting on the parent's device context is refused with EACCES).
+// connection goes on RDMA, through a copy of rdma-core of the child's own (it stayed on
+// TCP with reason forked_child before: the parent's device handles are refused the child).
 PARITY_CASE(fork_child_connects, ({"fork-connect"}), nullptr,
 R"(the read after the data = 0 (EOF)
 child exit = 0

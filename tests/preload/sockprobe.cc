@@ -1872,8 +1872,7 @@ void read_to_end_and_reap(int fd, pid_t pid, size_t n, uint32_t seed)
 // library: whose engine has started) connects to it, writes, closes while another of
 // its threads is blocked reading, and exits at once.  The kernel releases the socket at
 // the exit: the parent reads every byte, then EOF.  (Under the library the child's
-// connection stays on TCP, reason forked_child: librdmacm's device contexts are the
-// parent's.)
+// connection goes on RDMA, on a copy of rdma-core of the child's own.)
 int sc_fork_connect(const Args &)
 {
     const size_t n = 100000;
