@@ -25,6 +25,10 @@ void Link::release_queues() noexcept
 
 Reason Link::create(kits::Kit &kit) noexcept
 {
+    // A new queue pair (a client's request sent on to another port makes a second one):
+    // nothing posted on it yet.
+    wr_posted_ = wr_completed_ = last_signaled_ = 0;
+    unsignaled_ = recv_posted_ = 0;
     pd_ = std::move(kit.pd);
     chan_ = std::move(kit.chan);
     cq_ = std::move(kit.cq);

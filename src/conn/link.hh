@@ -52,7 +52,7 @@ public:
 
     // A completion queue to poll (and not a fork child's copy of the parent's).
     bool usable() const noexcept { return cq_ != nullptr && !dead_; }
-    bool has_cq() const noexcept { return cq_ != nullptr; }
+    bool has_cq() const noexcept { return cq_ != nullptr && !dead_; }
     int comp_fd() const noexcept { return chan_ ? chan_->fd() : -1; }
     int arm() noexcept { return cq_->arm(); }
     // Acknowledge the channel's pending events (-1 when there was none).
@@ -64,8 +64,16 @@ public:
     }
     uint32_t max_inline() const noexcept { return max_inline_; }
 
-    // In a fork child: the verbs objects are the parent's, never touched again.
-    void mark_dead() noexcept { dead_ = true; }
+    // In a fork child: the verbs objects are the parent's, never touched again (their
+    // owners skip the parent's objects when dropped: rdma/owners.hh).
+    void mark_dead() noexcept
+    {
+        dead_ = true;
+        qp_.reset();
+        cq_.reset();
+        chan_.reset();
+        id_.reset();
+    }
     bool dead() const noexcept { return dead_; }
 
     // An RDMA WRITE (WITH IMM) of [src, src + len) to remote_addr; selectively

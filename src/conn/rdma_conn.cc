@@ -118,6 +118,7 @@ void Conn::after_fork_child() noexcept
     // held the lock at fork time.
     new (&mu_) std::mutex();
     new (&cv_) std::condition_variable();
+    new (&watch_mu_) std::mutex();
     link_.mark_dead();  // the verbs objects are still the parent's
     if (side_ == Side::server && sw_.phase() == Phase::maybe && !sw_.interested()) {
         // Accepted, not yet read, no RDMA bound (a request is only accepted once the

@@ -30,7 +30,9 @@ Reason failure_reason(const rdma_cm_event *ev) noexcept
         size_t len = pd ? ev->param.conn.private_data_len : 0;
         if (!neg::is_decline(pd, len))
             return Reason::peer_no_rdmasock;
-        return neg::decode_decline(pd, len);
+        // (A redirect not followed: a second one, or the program closed the socket.)
+        const Reason r = neg::decode_decline(pd, len);
+        return r == Reason::redirected ? Reason::rejected : r;
     }
     case RDMA_CM_EVENT_UNREACHABLE:
         return Reason::timeout;

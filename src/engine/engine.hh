@@ -116,8 +116,12 @@ public:
         sockaddr_storage addr;
         std::shared_ptr<rdma::CmId> id;
         uint16_t port;
+        int reserve_fd;  // a kernel TCP socket bound to the port: no TCP listener gets it
     };
     std::vector<Own> own;
+    // The connections this process recorded in an inherited listener's table (a
+    // worker's), forgotten there when they close.
+    std::map<Conn *, std::pair<std::shared_ptr<Registry>, uint64_t>> recorded;
     // RDMA listeners whose TCP listener was closed while connections it accepted were
     // still undecided (a server that accepts one connection and closes its listener):
     // they go on receiving those connections' requests until the connections' windows

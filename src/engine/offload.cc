@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -105,7 +106,7 @@ Engine *engine() noexcept
     if (g_engine == nullptr || (!g_engine->running() && !g_engine->start())) {
         // A fork child that cannot load a copy of rdma-core of its own (dlmopen): its
         // connections stay on TCP, and say why.
-        if (g_fork_reloads)
+        if (g_fork_reloads && !rdma::dl::loaded())
             rt::no_rdma_in_fork_child();
         return nullptr;
     }
@@ -117,6 +118,8 @@ void Engine::close_inherited() noexcept
     RS_REAL(close)(ep_);
     RS_REAL(close)(cmd_efd_);
     ep_ = cmd_efd_ = -1;
+    for (const Own &o : own)  // (the ports of the parent's own listeners)
+        RS_REAL(close)(o.reserve_fd);
 }
 
 bool Engine::start() noexcept
@@ -138,6 +141,10 @@ bool Engine::start() noexcept
         for (int i = 0; i < ndev; ++i) {
             devs[i]->cmd_fd = util::move_high(devs[i]->cmd_fd);
             devs[i]->async_fd = util::move_high(devs[i]->async_fd);
+            if (!rdma::dl::program_has_it()) {  // (else they are the program's too)
+                rdma::dl::own_fd(devs[i]->cmd_fd);
+                rdma::dl::own_fd(devs[i]->async_fd);
+            }
         }
         rdma_free_devices(devs);
     }
@@ -270,7 +277,7 @@ int Engine::timers() noexcept
             }
         }
         for (auto it = parked.begin(); it != parked.end();) {
-            if (send_on(it->second, now)) {
+            if (!maybe.count(it->first) && send_on(it->second, now)) {
                 expired.push_back(std::move(it->second.id));
                 it = parked.erase(it);
             } else if (now >= it->second.deadline) {
@@ -279,7 +286,7 @@ int Engine::timers() noexcept
                 it = parked.erase(it);
             } else {
                 next = std::min(next, it->second.deadline);
-                if (it->second.reg)  // its process may record it: look again soon
+                if (it->second.reg && it->second.reg->used())  // its process may record it: look again soon
                     next = std::min(next, now + Ms(kRegistryPollMs));
                 ++it;
             }
@@ -336,8 +343,14 @@ bool Engine::send_on(Parked &p, Clock::time_point now) noexcept
 {
     // mu held.
     Registry::Entry re;
-    if (!p.reg || !p.reg->find(p.name, steady_ms(now), &re) || re.pid == getpid())
+    if (!p.reg || !p.reg->used() || !p.reg->find(p.name, steady_ms(now), &re) || re.pid == getpid())
         return false;
+    if (kill(re.pid, 0) != 0 && errno == ESRCH) {
+        // The worker is gone (and its port may be anyone's now): the request waits out
+        // its time and is declined.
+        p.reg->erase(p.name);
+        return false;
+    }
     uint8_t d[neg::kDeclineSize];
     neg::encode_redirect(re.port, d);
     rdma_reject(p.id->get(), d, sizeof d);
@@ -354,24 +367,32 @@ uint16_t Engine::own_listener(const sockaddr_storage &local) noexcept
     for (const Own &o : own)
         if (endpoint_key(reinterpret_cast<const sockaddr *>(&o.addr), false) == want)
             return o.port;
-    int err = 0;
-    auto id = rdma::CmId::create(cm_, nullptr, RDMA_PS_TCP, &err);
-    if (!id)
-        return 0;
+    // The port: one the kernel gives a TCP socket bound to it and kept (not listening),
+    // so that no TCP listener of this host gets that number while our RDMA listener has
+    // it (its clients' requests would come here).
     sockaddr_storage a = local;
     if (a.ss_family == AF_INET)
         reinterpret_cast<sockaddr_in *>(&a)->sin_port = 0;
     else
         reinterpret_cast<sockaddr_in6 *>(&a)->sin6_port = 0;
-    if (rdma_bind_addr(id->get(), reinterpret_cast<sockaddr *>(&a)) != 0 || rdma_listen(id->get(), 128) != 0) {
-        RS_DEBUG("no RDMA listener of this process's own: %s", strerror(errno));
+    const socklen_t alen = a.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    const int reserve = util::move_high(RS_REAL(socket)(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    socklen_t got_len = alen;
+    int err = 0;
+    std::shared_ptr<rdma::CmId> id;
+    if (reserve < 0 || RS_REAL(bind)(reserve, reinterpret_cast<sockaddr *>(&a), alen) != 0 ||
+        RS_REAL(getsockname)(reserve, reinterpret_cast<sockaddr *>(&a), &got_len) != 0 ||
+        !(id = rdma::CmId::create(cm_, nullptr, RDMA_PS_TCP, &err)) ||
+        rdma_bind_addr(id->get(), reinterpret_cast<sockaddr *>(&a)) != 0 || rdma_listen(id->get(), 128) != 0) {
+        RS_DEBUG("no RDMA listener of this process's own: %s", strerror(err != 0 ? err : errno));
+        if (reserve >= 0)
+            RS_REAL(close)(reserve);
         return 0;
     }
-    const sockaddr *got = rdma_get_local_addr(id->get());
-    const uint16_t port = ntohs(got->sa_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6 *>(got)->sin6_port
-                                                            : reinterpret_cast<const sockaddr_in *>(got)->sin_port);
+    const uint16_t port = ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6 *>(&a)->sin6_port
+                                                         : reinterpret_cast<const sockaddr_in *>(&a)->sin_port);
     listeners[id->get()] = Listener{id, nullptr};
-    own.push_back(Own{local, std::move(id), port});
+    own.push_back(Own{local, std::move(id), port, reserve});
     RS_DEBUG("RDMA listener of this process's own on port %u", port);
     return port;
 }
@@ -709,9 +730,13 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
     if (own_port != 0) {  // the holder sends the client's request on to our own port
         const int64_t now = steady_ms(Clock::now());
         const int64_t until = now + static_cast<int64_t>(switch_window().count());
-        if (!ls.registry->put(registry_key(k.data(), static_cast<unsigned>(k.size())), {getpid(), own_port}, until,
-                              now))
-            RS_DEBUG("accept fd=%d: the listener's table is full: its request will not find us", fd);
+        const uint64_t name = registry_key(k.data(), static_cast<unsigned>(k.size()));
+        if (ls.registry->put(name, {getpid(), own_port}, until, now)) {
+            std::lock_guard<std::mutex> lk(e->mu);
+            e->recorded[conn.get()] = {ls.registry, name};
+        } else {
+            RS_WARN("accept fd=%d: the listener's table of connections is full: this one stays on TCP", fd);
+        }
     }
     // Until the first inbound bytes say otherwise, calls take the hooked path.
     conn->enter_pending();
@@ -748,6 +773,10 @@ void forget_undecided(Engine *e, Conn &c) noexcept
     std::shared_ptr<rdma::CmId> drop;
     {
         std::lock_guard<std::mutex> lk(e->mu);
+        if (auto rit = e->recorded.find(&c); rit != e->recorded.end()) {
+            rit->second.first->erase(rit->second.second);
+            e->recorded.erase(rit);
+        }
         auto kit = e->keys.find(&c);
         if (kit == e->keys.end())
             return;

@@ -42,6 +42,8 @@ bool Registry::put(uint64_t key, Entry e, int64_t until_ms, int64_t now_ms) noex
         s.port.store(e.port, std::memory_order_relaxed);
         s.until_ms.store(until_ms, std::memory_order_relaxed);
         s.state.store(kReady, std::memory_order_release);
+        if (used_.load(std::memory_order_relaxed) == 0)
+            used_.store(1, std::memory_order_relaxed);
         return true;
     }
     return false;
@@ -52,13 +54,17 @@ bool Registry::find(uint64_t key, int64_t now_ms, Entry *out) const noexcept
     const unsigned home = static_cast<unsigned>(key % kSlots);
     for (unsigned i = 0; i < kProbe; ++i) {
         const Slot &s = slots_[(home + i) % kSlots];
-        if (s.state.load(std::memory_order_acquire) != kReady || s.key.load(std::memory_order_relaxed) != key)
+        const uint32_t st = s.state.load(std::memory_order_acquire);
+        if (st == kFree)
+            return false;  // (a put would have taken this one before any later slot)
+        if (st != kReady || s.key.load(std::memory_order_relaxed) != key)
             continue;
         Entry e;
         e.pid = s.pid.load(std::memory_order_relaxed);
         e.port = static_cast<uint16_t>(s.port.load(std::memory_order_relaxed));
         const int64_t until = s.until_ms.load(std::memory_order_relaxed);
         // Still the same publication (not rewritten meanwhile) and not expired.
+        std::atomic_thread_fence(std::memory_order_acquire);
         if (s.state.load(std::memory_order_acquire) != kReady || s.key.load(std::memory_order_relaxed) != key ||
             until <= now_ms)
             continue;

@@ -10,7 +10,8 @@
 //
 // Lock-free: the processes share nothing else (no lock may be left held by a process
 // that dies).  A slot is claimed by one compare-and-swap on its state, written, then
-// published; readers take only published slots that have not expired.  Entries expire
+// published; readers take only published slots that have not expired (a slot is never
+// free again once used, so a lookup ends at the first free one).  Entries expire
 // on their own (a worker that dies leaves nothing behind for long); a 64-bit hash of the
 // 4-tuple names the connection (a collision only sends a request to a process that does
 // not have the connection, which declines it: no connection is ever bound by it).
@@ -24,7 +25,7 @@ namespace rdmasock {
 
 class Registry {
 public:
-    static constexpr unsigned kSlots = 2048;
+    static constexpr unsigned kSlots = 8192;  // 256 KiB, touched as used
     static constexpr unsigned kProbe = 64;  // slots tried from a key's home slot
 
     struct Entry {
@@ -42,8 +43,11 @@ public:
     bool put(uint64_t key, Entry e, int64_t until_ms, int64_t now_ms) noexcept;
     // The entry for `key` that has not expired, if any.
     bool find(uint64_t key, int64_t now_ms, Entry *out) const noexcept;
-    // Forgets `key` (the request went on to its process).
+    // Forgets `key` (the request went on to its process, or the connection is closed).
     void erase(uint64_t key) noexcept;
+    // Whether any process ever recorded a connection here (a single-process server's
+    // table never is: its engine does not look).
+    bool used() const noexcept { return used_.load(std::memory_order_relaxed) != 0; }
 
 private:
     enum : uint32_t { kFree = 0, kWriting = 1, kReady = 2 };
@@ -54,6 +58,7 @@ private:
         std::atomic<int64_t> until_ms;
         std::atomic<uint32_t> port;
     };
+    std::atomic<uint32_t> used_;
     Slot slots_[kSlots];
 };
 

@@ -1,14 +1,11 @@
 #include "rdma/dl.hh"
 
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <dirent.h>
 #include <dlfcn.h>
 #include <mutex>
 #include <new>
 #include <unistd.h>
+#include <vector>
 
 #include "base/log.hh"
 #include "base/real.hh"
@@ -34,6 +31,7 @@ const Entry kEntries[kFunctions] = {
 };
 
 std::atomic<int> g_state{0};  // 0 not tried, 1 loaded, -1 failed
+std::atomic<bool> g_loading{false};
 std::mutex g_mu;
 bool g_fresh = false;           // load a copy of our own (a fork child of a process that loaded it)
 bool g_program_has_it = false;
@@ -53,32 +51,13 @@ void *open_lib(const char *name, Lmid_t *ns) noexcept
     return h;
 }
 
-// The parent's rdma-core descriptors (the connection manager's, the devices', the
-// completion channels'): kept open, they would keep the parent's ids, queue pairs and
-// registered memory alive as long as this process lives, after the parent's exit (an
-// RDMA listener of a server that daemonizes would hold its port for nobody).
-void close_device_descriptors() noexcept
-{
-    DIR *d = opendir("/proc/self/fd");
-    if (d == nullptr)
-        return;
-    const int own = dirfd(d);
-    char path[64], link[64];
-    while (dirent *e = readdir(d)) {
-        char *end = nullptr;
-        long fd = strtol(e->d_name, &end, 10);
-        if (end == e->d_name || *end != '\0' || fd == own)
-            continue;
-        snprintf(path, sizeof path, "/proc/self/fd/%ld", fd);
-        ssize_t n = readlink(path, link, sizeof link - 1);
-        if (n <= 0)
-            continue;
-        link[n] = '\0';
-        if (strncmp(link, "/dev/infiniband/", 16) == 0 || strcmp(link, "anon_inode:[infinibandevent]") == 0)
-            RS_REAL(close)(static_cast<int>(fd));
-    }
-    closedir(d);
-}
+// The descriptors of rdma-core objects the library made (the connection manager's
+// channel, completion channels, the devices librdmacm opened for it).  A fork child
+// closes its copies: kept open, they would keep the parent's ids, queue pairs and
+// registered memory alive as long as the child lives, after the parent's exit (an RDMA
+// listener of a server that daemonizes would hold its port for nobody).
+std::mutex g_fds_mu;
+std::vector<int> g_fds;
 
 }  // namespace
 
@@ -90,6 +69,7 @@ bool load() noexcept
     std::lock_guard<std::mutex> lk(g_mu);
     if ((s = g_state.load(std::memory_order_relaxed)) != 0)
         return s > 0;
+    g_loading.store(true, std::memory_order_relaxed);
     if (!g_fresh)
         g_program_has_it = dlopen(kSonames[0], RTLD_NOW | RTLD_NOLOAD) != nullptr;
     void *h[2] = {nullptr, nullptr};
@@ -130,6 +110,7 @@ bool load() noexcept
     // (A failed load keeps what it opened: dlclose of a half-initialised rdma-core is
     // not worth the risk, and it is tried once.)
     g_state.store(ok ? 1 : -1, std::memory_order_release);
+    g_loading.store(false, std::memory_order_relaxed);
     return ok;
 }
 
@@ -137,17 +118,41 @@ bool loaded() noexcept { return g_state.load(std::memory_order_acquire) > 0; }
 
 bool program_has_it() noexcept { return g_program_has_it; }
 
+void own_fd(int fd) noexcept
+{
+    std::lock_guard<std::mutex> lk(g_fds_mu);
+    try {
+        g_fds.push_back(fd);
+    } catch (...) {  // (not closed in a fork child: only its resources outlive the parent)
+    }
+}
+
+void disown_fd(int fd) noexcept
+{
+    std::lock_guard<std::mutex> lk(g_fds_mu);
+    for (auto it = g_fds.begin(); it != g_fds.end(); ++it)
+        if (*it == fd) {
+            g_fds.erase(it);
+            return;
+        }
+}
+
 unsigned generation() noexcept { return g_generation; }
 
 bool after_fork_child() noexcept
 {
     new (&g_mu) std::mutex();
-    if (g_state.load(std::memory_order_relaxed) == 0)
+    // (A load under way in another thread at the fork counts as done: what it opened
+    // may be half set up, and is the parent's.)
+    if (g_state.load(std::memory_order_relaxed) == 0 && !g_loading.load(std::memory_order_relaxed))
         return false;
+    g_loading.store(false, std::memory_order_relaxed);
     // The parent's copy stays mapped, unused: its state (device handles, ids) is the
     // parent's.  The next load() makes a copy of our own.
-    if (!g_program_has_it)
-        close_device_descriptors();
+    new (&g_fds_mu) std::mutex();
+    for (int fd : g_fds)
+        RS_REAL(close)(fd);
+    g_fds.clear();
     for (void *&f : g_fn)
         f = nullptr;
     g_ns_errno = nullptr;

@@ -24,9 +24,14 @@ bool loaded() noexcept;
 // the device descriptors are not only ours).
 bool program_has_it() noexcept;
 
+// Descriptors of rdma-core objects made for the library (recorded when made, forgotten
+// when destroyed): a fork child closes its copies (after_fork_child).
+void own_fd(int fd) noexcept;
+void disown_fd(int fd) noexcept;
+
 // In a fork child: if rdma-core was loaded, its state (device handles opened by the
 // parent, whose use the kernel refuses the child; rdma_cm ids; the library's own
-// locks) is the parent's.  The next load() then loads a fresh copy in a link-map
+// locks) is the parent's: the child closes the descriptors recorded by own_fd().  The next load() then loads a fresh copy in a link-map
 // namespace of its own (dlmopen), with its own C library: the forwarders copy that
 // library's errno into ours.  True if it was loaded.
 bool after_fork_child() noexcept;

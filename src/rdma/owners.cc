@@ -1,6 +1,8 @@
 #include "base/fd.hh"
 #include "rdma/owners.hh"
 
+#include "rdma/dl.hh"
+
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -180,6 +182,8 @@ std::shared_ptr<Context> Context::open(ibv_device *dev, int *err) noexcept
         return nullptr;
     }
     c->owned_ = true;
+    dl::own_fd(c->ctx_->cmd_fd);
+    dl::own_fd(c->ctx_->async_fd);
     return share(c, err);
 }
 
@@ -242,8 +246,11 @@ Context::~Context()
 {
     if (inherited())
         return;
-    if (owned_ && ctx_ != nullptr)
+    if (owned_ && ctx_ != nullptr) {
+        dl::disown_fd(ctx_->cmd_fd);
+        dl::disown_fd(ctx_->async_fd);
         ibv_close_device(ctx_);
+    }
 }
 
 // ------------------------------------------------------------------------ Pd
@@ -300,6 +307,7 @@ std::shared_ptr<CompChannel> CompChannel::create(std::shared_ptr<Context> ctx,
         return nullptr;
     }
     c->ch_->fd = util::move_high(c->ch_->fd);  // nobody else has seen it yet
+    dl::own_fd(c->ch_->fd);
     c->ctx_ = std::move(ctx);
     return share(c, err);
 }
@@ -308,8 +316,10 @@ CompChannel::~CompChannel()
 {
     if (inherited())
         return;
-    if (ch_ != nullptr)
+    if (ch_ != nullptr) {
+        dl::disown_fd(ch_->fd);
         ibv_destroy_comp_channel(ch_);
+    }
 }
 
 int CompChannel::set_nonblocking() noexcept
@@ -475,6 +485,7 @@ std::shared_ptr<CmChannel> CmChannel::create(int *err) noexcept
         return nullptr;
     }
     c->ch_->fd = util::move_high(c->ch_->fd);  // nobody else has seen it yet
+    dl::own_fd(c->ch_->fd);
     return share(c, err);
 }
 
@@ -482,8 +493,10 @@ CmChannel::~CmChannel()
 {
     if (inherited())
         return;
-    if (ch_ != nullptr)
+    if (ch_ != nullptr) {
+        dl::disown_fd(ch_->fd);
         rdma_destroy_event_channel(ch_);
+    }
 }
 
 int CmChannel::set_nonblocking() noexcept
