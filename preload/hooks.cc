@@ -124,6 +124,8 @@ void log_close(int fd, const Socket &s, const CloseInfo &ci) noexcept
 {
     if (!ci.connection || !log::enabled(log::kInfo))
         return;
+    if (s.transport != nullptr && s.transport->handed_off())
+        return;  // (the fork child that serves it logs it)
     Reason r = s.reason.load(std::memory_order_relaxed);
     // Offloaded means on RDMA only once switched (an undecided server socket also takes
     // the hooked path).
@@ -951,6 +953,14 @@ pid_t fork() noexcept
         });
     }
     pid_t r = RS_REAL(fork)();
+    if (r > 0 && rt::g_pending.load(std::memory_order_relaxed) != 0) {
+        // Accepted connections not used yet: the child may serve them.
+        ErrnoGuard g;
+        fdt::for_each([](int, const SocketRef &s) {
+            if (s->transport != nullptr)
+                s->transport->after_fork_parent();
+        });
+    }
     if (r == 0) {
         ErrnoGuard g;
         rt::after_fork_child();

@@ -29,6 +29,7 @@ Reason Link::create(kits::Kit &kit) noexcept
     // nothing posted on it yet.
     wr_posted_ = wr_completed_ = last_signaled_ = 0;
     unsignaled_ = recv_posted_ = 0;
+    dead_ = false;  // (a fork child's copy of a connection nobody had set up: ours now)
     pd_ = std::move(kit.pd);
     chan_ = std::move(kit.chan);
     cq_ = std::move(kit.cq);

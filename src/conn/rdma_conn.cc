@@ -112,6 +112,13 @@ void Conn::enter_pending() noexcept
     sw_.enter_pending();
 }
 
+void Conn::after_fork_parent() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (side_ == Side::server && sw_.phase() == Phase::maybe && !sw_.interested() && !closed_)
+        forked_unused_.store(true, std::memory_order_release);
+}
+
 void Conn::after_fork_child() noexcept
 {
     // The parent's queue pair and rings are not usable here; another thread may have
@@ -122,8 +129,14 @@ void Conn::after_fork_child() noexcept
     link_.mark_dead();  // the verbs objects are still the parent's
     if (side_ == Side::server && sw_.phase() == Phase::maybe && !sw_.interested()) {
         // Accepted, not yet read, no RDMA bound (a request is only accepted once the
-        // connection is read): the child serves it on TCP; the parent's copy, once
-        // closed, declines any request for it.
+        // connection is read).  A fork-per-connection server: the child that uses it
+        // negotiates it, its listener's holder sending the request on to it.
+        if (sock_ != nullptr && sock_->registry) {
+            adoptable_.store(true, std::memory_order_release);
+            return;
+        }
+        // (No table: the child serves it on TCP; the parent's copy, once closed,
+        // declines any request for it.)
         sw_.forget_pending();
         sw_.on(Switchover::Event::decide_tcp);
         if (sock_ != nullptr) {

@@ -76,6 +76,11 @@ public:
     // Client, before fork(): a negotiation still running is given up (the child would
     // write to the TCP socket behind our count).
     void before_fork() noexcept override;
+    void after_fork_parent() noexcept override;
+    bool handed_off() const noexcept override
+    {
+        return forked_unused_.load(std::memory_order_acquire) && !sw_.interested();
+    }
     // Server: bind the accepted RDMA request (nonce) to this connection, before
     // rdma_accept.  False when the connection was decided meanwhile.
     bool begin_verify(const neg::Nonce &n) noexcept;
@@ -107,6 +112,11 @@ public:
     Side side() const noexcept { return side_; }
     int tcp_fd() const noexcept { return tcp_fd_; }
     void set_socket(Socket *s) noexcept { sock_ = s; }
+    Socket *socket() const noexcept { return sock_; }
+    // In a fork child: an accepted connection nobody had read when the parent forked,
+    // whose listener has a table (process/registry.hh): the first use here negotiates it
+    // in this process (offload::interest).  True once.
+    bool take_adoptable() noexcept { return adoptable_.exchange(false, std::memory_order_acq_rel); }
     // Deadline for a server socket in phase maybe to see an RDMA request.
     void set_maybe_deadline(std::chrono::steady_clock::time_point t) noexcept { sw_.set_maybe_deadline(t); }
 
@@ -291,6 +301,8 @@ private:
     Upcalls &up_;
     int tcp_fd_;  // the program's number; continue_on() may move it to the library's duplicate
     Socket *sock_ = nullptr;
+    std::atomic<bool> forked_unused_{false};  // after_fork_parent() before any use here
+    std::atomic<bool> adoptable_{false};
     std::weak_ptr<Conn> self_;
     mutable std::mutex mu_;
     std::condition_variable cv_;  // send completions (close waits for its FIN)

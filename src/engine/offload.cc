@@ -84,6 +84,10 @@ void set_ack_timeout(rdma_cm_id *id) noexcept
 Engine *g_engine = nullptr;
 std::mutex g_start_mu;
 bool g_fork_reloads = false;  // a fork child of a process that had loaded rdma-core
+// An accepted connection this process has not used, and has forked since accepting: a
+// child may serve it.
+bool forked_since(const Conn &c) noexcept { return c.handed_off(); }
+
 // How often the engine looks for a parked request's connection in its listener's table
 // (another process of the group accepting it) while the request waits.
 constexpr int kRegistryPollMs = 5;
@@ -277,7 +281,8 @@ int Engine::timers() noexcept
             }
         }
         for (auto it = parked.begin(); it != parked.end();) {
-            if (!maybe.count(it->first) && send_on(it->second, now)) {
+            auto mit = maybe.find(it->first);
+            if ((mit == maybe.end() || forked_since(*mit->second)) && send_on(it->second, now)) {
                 expired.push_back(std::move(it->second.id));
                 it = parked.erase(it);
             } else if (now >= it->second.deadline) {
@@ -514,11 +519,12 @@ void Engine::handle(rdma_cm_event *ev) noexcept
             id->context = nullptr;
             Parked p{owned, h, Clock::now() + answer_window(), nullptr, 0};
             auto mit = maybe.find(k);
-            if (mit == maybe.end() && lit->second.reg) {
-                // Not accepted here: perhaps by another process of the listener's group.
+            if (lit->second.reg) {
+                // Not accepted here, or a fork child may serve it: perhaps another
+                // process of the listener's group has it.
                 p.reg = lit->second.reg;
                 p.name = registry_key(k.data(), static_cast<unsigned>(k.size()));
-                if (send_on(p, Clock::now())) {
+                if ((mit == maybe.end() || forked_since(*mit->second)) && send_on(p, Clock::now())) {
                     drop_after_ack = std::move(owned);
                     break;
                 }
@@ -719,6 +725,7 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
     conn->set_self(conn);
     conn->set_socket(&s);
     conn->set_maybe_deadline(Clock::now() + switch_window());
+    s.registry = ls.registry;  // (a fork child that serves the connection records it there)
     s.transport = conn.get();
     s.reason.store(Reason::pending, std::memory_order_relaxed);
     {
@@ -743,8 +750,46 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
     s.set_offloaded(true);
 }
 
+namespace {
+
+// A fork child's first use of a connection its parent accepted and had not used (a
+// fork-per-connection server): the child negotiates it as a pre-fork worker does, on an
+// RDMA listener of its own, recorded in the listener's table.  False: it stays on TCP.
+bool adopt(Conn &c) noexcept
+{
+    Socket *s = c.socket();
+    std::shared_ptr<Registry> reg = s != nullptr ? s->registry : nullptr;
+    Engine *e = reg && rt::default_reason() == Reason::pending ? engine() : nullptr;
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    uint16_t port = 0;
+    if (e != nullptr && RS_REAL(getsockname)(c.tcp_fd(), reinterpret_cast<sockaddr *>(&local), &ll) == 0 &&
+        RS_REAL(getpeername)(c.tcp_fd(), reinterpret_cast<sockaddr *>(&peer), &pl) == 0)
+        port = e->own_listener(local);
+    std::shared_ptr<Conn> self = c.self();
+    if (port == 0 || !self) {
+        c.note_declined(rt::default_reason() == Reason::pending ? Reason::forked : rt::default_reason());
+        return false;
+    }
+    const Key k = make_key(reinterpret_cast<sockaddr *>(&peer), reinterpret_cast<sockaddr *>(&local));
+    const uint64_t name = registry_key(k.data(), static_cast<unsigned>(k.size()));
+    const int64_t now = steady_ms(Clock::now());
+    std::lock_guard<std::mutex> lk(e->mu);
+    e->maybe[k] = self;
+    e->keys[&c] = k;
+    e->conns.emplace(&c, self);
+    if (reg->put(name, {getpid(), port}, now + static_cast<int64_t>(switch_window().count()), now))
+        e->recorded[&c] = {reg, name};
+    RS_DEBUG("fd=%d: a connection the parent accepted, used here first: negotiated by this process", c.tcp_fd());
+    return true;
+}
+
+}  // namespace
+
 void interest(Conn &c) noexcept
 {
+    if (c.take_adoptable() && !adopt(c))
+        return;
     Engine *e = g_engine;
     if (e == nullptr)
         return;
@@ -781,7 +826,10 @@ void forget_undecided(Engine *e, Conn &c) noexcept
         if (kit == e->keys.end())
             return;
         auto pit = e->parked.find(kit->second);
-        if (pit != e->parked.end()) {
+        if (pit != e->parked.end() && pit->second.reg && forked_since(c)) {
+            // A fork child may serve it (fork per connection): its request waits for the
+            // child to record it (timers()), declined only when its time is out.
+        } else if (pit != e->parked.end()) {
             uint8_t d[neg::kDeclineSize];
             neg::encode_decline(Reason::rejected, d);
             rdma_reject(pit->second.id->get(), d, sizeof d);

@@ -52,6 +52,11 @@ public:
     // fork(): before it, in the parent; after it, in the child.
     virtual void before_fork() noexcept {}
     virtual void after_fork_child() noexcept {}
+    // In the parent after a fork.
+    virtual void after_fork_parent() noexcept {}
+    // An accepted connection this process never used and forked after accepting: a fork
+    // child may serve it (and then logs it); this process's copy logs nothing at close.
+    virtual bool handed_off() const noexcept { return false; }
 
     // The RDMA transport (a Conn: Conn::of in conn/rdma_conn.hh turns it into one).
     bool is_rdma() const noexcept { return rdma_; }

@@ -1506,6 +1506,25 @@ void servers_prefork(int workers, bool async)
     run_streams(name, plan, s, c, false);
 }
 
+// A server that accepts each connection and forks a child to serve it, closing its own
+// copy (inetd style): the child, first to use the connection, negotiates it (the parent,
+// which holds the RDMA listener, sends the request on to the child's).  Every
+// connection on RDMA at both ends; before, both stayed on TCP (forked).
+void servers_fork_per_conn(bool async)
+{
+    const std::string name = std::string("servers/fork_per_conn") + (async ? "_async" : "");
+    std::vector<Stream> plan = {{4u << 20, 4u << 20, "write", true},
+                                {1u << 20, 1u << 20, "write", false},
+                                {4u << 20, 4u << 20, "write", true}};
+    Side s = async ? async_side() : Side{}, c = async ? async_side() : Side{};
+    s.args = {"--fork-per-conn"};
+    if (async) {  // each connection still open at its switch
+        plan = {{1u << 20, 1u << 20, "write", false}, {1u << 20, 1u << 20, "write", false}};
+        c.args = {"--pause-ms", "2500"};
+    }
+    run_streams(name, plan, s, c, false);
+}
+
 // A pre-fork echo server and a client that writes 1 MB in calls of 1 to 64 bytes: many
 // thousands of messages each way, on a client queue pair made after the master sent
 // the request on to the worker (its receive count once carried over from the first
@@ -2140,6 +2159,42 @@ void program_socat_oneshot()
     }
 }
 
+// socat TCP-LISTEN:...,fork EXEC:cat, an echo server that forks a child per connection
+// (the child relays between the connection and cat), and three connections of a client
+// that checks the echo byte for byte: every connection on RDMA at both ends, the
+// server's in its fork children.
+void program_socat_fork()
+{
+    const std::string name = "programs/socat_fork";
+    WorkDir dir;
+    dir.keep = cfg.keep;
+    const std::string port = std::to_string(free_port(cfg.addr));
+    ProgRun sr, cr;
+    sr.name = "socat";
+    cr.name = "peer client";
+    Proc sp({"socat", "TCP-LISTEN:" + port + ",bind=" + cfg.addr + ",reuseaddr,fork", "EXEC:cat"},
+            prog_env(dir / "s.log"), dir / "s.err", dir / "s.out");
+    BOOST_REQUIRE_MESSAGE(wait_listener(std::stoi(port), 20000), name << ": socat has no TCP and RDMA listener");
+    const std::string plan = "1048576:1048576:write:bidir,65536:65536:write:bidir,1048576:1048576:write:bidir";
+    Proc cp({cfg.peer, "client", "--addr", cfg.addr, "--port", port, "--plan", plan, "--expect-echo"},
+            prog_env(dir / "c.log"), dir / "c.err", dir / "c.out");
+    await_prog(cr, cp, dir, "c", 60000);
+    usleep(500 * 1000);  // (the children log their close as they end)
+    sp.signal(SIGTERM);
+    await_prog(sr, sp, dir, "s", 20000);
+    const std::string all = describe_prog(sr) + describe_prog(cr);
+    BOOST_CHECK_MESSAGE(cr.exit_code == 0, name << ": the client failed (exit 1: the echo differs)\n" << all);
+    BOOST_CHECK_MESSAGE(sr.log_problems.empty() && cr.log_problems.empty(), name << ": log problems\n" << all);
+    for (const ProgRun *r : {&sr, &cr}) {
+        BOOST_CHECK_MESSAGE(r->closes.size() == 3, name << ": " << r->name << ": " << r->closes.size()
+                                                        << " connections closed, want 3\n" << all);
+        for (const Fields &f : r->closes)
+            BOOST_CHECK_MESSAGE(field(f, "transport") == "rdma", name << ": " << r->name << ": transport="
+                                                                     << field(f, "transport") << " reason="
+                                                                     << field(f, "reason"));
+    }
+}
+
 // An nginx configuration in `t` (files under t/www) listening on addr:port: one process
 // (`master_process off`) when workers is 0, else that many worker processes.
 std::string nginx_conf(const std::string &t, const std::string &port, int workers)
@@ -2410,6 +2465,8 @@ bool init_tests()
     add(srv, "prefork2", [] { servers_prefork(2, false); });
     add(srv, "prefork4_async", [] { servers_prefork(4, true); });
     add(srv, "prefork_echo", servers_prefork_echo);
+    add(srv, "fork_per_conn", [] { servers_fork_per_conn(false); });
+    add(srv, "fork_per_conn_async", [] { servers_fork_per_conn(true); });
     master.add(srv);
 
     auto *fb = BOOST_TEST_SUITE("fallback");
@@ -2478,6 +2535,7 @@ bool init_tests()
         add(prog, "redis_c" + std::to_string(c), [c] { program_redis(c); });
     add(prog, "memcached", program_memcached);
     add(prog, "socat_oneshot", program_socat_oneshot);
+    add(prog, "socat_fork", program_socat_fork);
     add(prog, "nginx_single", [] { program_nginx(true); });
     add(prog, "nginx_workers", [] { program_nginx(false); });
     for (int w : {0, 2, 4})
