@@ -436,13 +436,29 @@ int accepted(int lfd, int fd) noexcept
 }
 }  // namespace
 
+namespace {
+// A fork child's first accept() on a listener inherited with another process's RDMA
+// listener: this process gets ready (its engine, its own RDMA listener) before it blocks,
+// not once the first connection came (offload::listener_used).
+void before_accept(int lfd) noexcept
+{
+    SocketRef ls = fdt::get(lfd);
+    if (ls && ls->role == Role::listener && ls->offloaded()) {
+        ErrnoGuard g;
+        offload::listener_used(*ls);
+    }
+}
+}  // namespace
+
 int accept(int fd, sockaddr *addr, socklen_t *len) noexcept
 {
+    before_accept(fd);
     return accepted(fd, RS_REAL(accept)(fd, addr, len));
 }
 
 int accept4(int fd, sockaddr *addr, socklen_t *len, int flags) noexcept
 {
+    before_accept(fd);
     return accepted(fd, RS_REAL(accept4)(fd, addr, len, flags));
 }
 
@@ -970,6 +986,10 @@ pid_t fork() noexcept
         fdt::for_each([](int, const SocketRef &s) {
             if (s->transport != nullptr)
                 s->transport->after_fork_child();
+            // A listener whose RDMA listener is another process's: its first use here
+            // (epoll_ctl, accept) takes the hooked path (offload::listener_used).
+            if (s->role == Role::listener && s->listener && s->registry)
+                s->set_offloaded(true);
         });
     }
     return r;

@@ -147,6 +147,10 @@ void Conn::after_fork_child() noexcept
     }
     ring_.st.reset = true;
     ring_.st.failed = true;
+    // A copy of a connection with RDMA bound: the parent's, which logs it; this one
+    // reports a reset and logs nothing at its close.
+    if (sw_.phase() == Phase::rdma || sw_.phase() == Phase::verifying)
+        parent_copy_.store(true, std::memory_order_release);
 }
 
 /* ---- close ------------------------------------------------------------------------------ */

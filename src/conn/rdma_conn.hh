@@ -79,7 +79,12 @@ public:
     void after_fork_parent() noexcept override;
     bool handed_off() const noexcept override
     {
-        return forked_unused_.load(std::memory_order_acquire) && !sw_.interested();
+        // A fork child's copy of a connection with RDMA bound (the parent's); or an accepted
+    // connection unused at a fork: the parent's copy, or the child's until used there.
+        if (parent_copy_.load(std::memory_order_acquire))
+            return true;
+        return (forked_unused_.load(std::memory_order_acquire) || adoptable_.load(std::memory_order_acquire)) &&
+               !sw_.interested();
     }
     // Server: bind the accepted RDMA request (nonce) to this connection, before
     // rdma_accept.  False when the connection was decided meanwhile.
@@ -302,6 +307,7 @@ private:
     int tcp_fd_;  // the program's number; continue_on() may move it to the library's duplicate
     Socket *sock_ = nullptr;
     std::atomic<bool> forked_unused_{false};  // after_fork_parent() before any use here
+    std::atomic<bool> parent_copy_{false};    // after_fork_child() of a connection with RDMA bound
     std::atomic<bool> adoptable_{false};
     std::weak_ptr<Conn> self_;
     mutable std::mutex mu_;

@@ -18,6 +18,7 @@
 #include "conn/windows.hh"
 #include "engine/peers.hh"
 #include "process/registry.hh"
+#include "process/socket.hh"
 #include "rdma/owners.hh"
 #include "wire/negotiate.hh"
 
@@ -122,6 +123,9 @@ public:
     // The connections this process recorded in an inherited listener's table (a
     // worker's), forgotten there when they close.
     std::map<Conn *, std::pair<std::shared_ptr<Registry>, uint64_t>> recorded;
+    // Listening sockets inherited from a process that still held their RDMA listener when
+    // this one first used them: taken over once it is gone (timers()).
+    std::vector<SocketRef> inherited;
     // RDMA listeners whose TCP listener was closed while connections it accepted were
     // still undecided (a server that accepts one connection and closes its listener):
     // they go on receiving those connections' requests until the connections' windows

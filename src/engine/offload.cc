@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <fcntl.h>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -87,6 +88,10 @@ bool g_fork_reloads = false;  // a fork child of a process that had loaded rdma-
 // An accepted connection this process has not used, and has forked since accepting: a
 // child may serve it.
 bool forked_since(const Conn &c) noexcept { return c.handed_off(); }
+
+namespace {
+bool take_over(Socket &ls, bool now = false) noexcept;  // (below, with on_accept)
+}  // namespace
 
 // How often the engine looks for a parked request's connection in its listener's table
 // (another process of the group accepting it) while the request waits.
@@ -324,6 +329,25 @@ int Engine::timers() noexcept
             finish_client(c, Reason::timeout, drop);
             expired.push_back(std::move(drop));
         }
+    }
+    // Inherited listeners whose RDMA listener's process lived: taken over once it is gone
+    // (outside the lock: take_over() takes it).
+    std::vector<SocketRef> watch;
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        watch = inherited;
+    }
+    if (!watch.empty()) {
+        for (SocketRef &r : watch)
+            if (r->fds() == 0 || take_over(*r, true)) {
+                std::lock_guard<std::mutex> lk(mu);
+                inherited.erase(std::remove_if(inherited.begin(), inherited.end(),
+                                               [&](const SocketRef &x) { return x.get() == r.get(); }),
+                                inherited.end());
+            }
+        std::lock_guard<std::mutex> lk(mu);
+        if (!inherited.empty())
+            next = std::min(next, Clock::now() + Ms(200));
     }
     // Destruction (rdma_destroy_id, dereg) outside the lock.
     for (auto &c : drop)
@@ -682,6 +706,8 @@ void on_listen(int fd, Socket &s) noexcept
         // The table the processes that will inherit this listener (pre-fork workers)
         // share with it: mapped now, before any fork.
         s.registry = std::shared_ptr<Registry>(Registry::create(), Registry::destroy);
+        if (s.registry)
+            s.registry->set_holder(getpid());
         std::lock_guard<std::mutex> lk(e->mu);
         e->listeners[id->get()] = Listener{id, s.registry};
     }
@@ -690,8 +716,99 @@ void on_listen(int fd, Socket &s) noexcept
     RS_DEBUG("listen fd=%d: RDMA listener ready", fd);
 }
 
+namespace {
+
+std::mutex g_takeover_mu;
+std::atomic<int64_t> g_next_holder_check_ms{0};
+
+// Whether process `p` has ended (a zombie not reaped yet has: its descriptors are closed).
+bool holder_gone(pid_t p) noexcept
+{
+    if (p == 0 || (kill(p, 0) != 0 && errno == ESRCH))
+        return true;
+    char path[40], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(p));
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    const ssize_t n = RS_REAL(read)(fd, buf, sizeof buf - 1);
+    RS_REAL(close)(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *st = strrchr(buf, ')');  // "pid (comm) S ..."
+    return st != nullptr && st[1] == ' ' && (st[2] == 'Z' || st[2] == 'X');
+}
+
+// A listener inherited from a process that is gone (a server that daemonizes: it
+// listened, forked and exited, and its RDMA listener went with it): the first process
+// of the group to use the listener takes the port over and becomes its holder.  While
+// the holder lives, the engine looks again every 200 ms (the exit of a daemonizing
+// server's first process comes just after its fork).  True when this process holds it.
+// `now`: from the engine's timers (else at most every 100 ms per process).
+bool take_over(Socket &ls, bool now) noexcept
+{
+    std::lock_guard<std::mutex> tl(g_takeover_mu);
+    if (ls.listener_pid == getpid())
+        return true;
+    Registry *reg = ls.registry.get();
+    if (reg == nullptr || rt::default_reason() != Reason::pending)
+        return false;
+    const int64_t t = steady_ms(Clock::now());
+    if (!now && t < g_next_holder_check_ms.load(std::memory_order_relaxed))
+        return false;
+    g_next_holder_check_ms.store(t + 100, std::memory_order_relaxed);
+    Engine *e = engine();
+    if (e == nullptr)
+        return false;
+    const pid_t was = reg->holder();
+    if (!holder_gone(was)) {
+        std::lock_guard<std::mutex> lk(e->mu);
+        if (std::none_of(e->inherited.begin(), e->inherited.end(),
+                         [&](const SocketRef &r) { return r.get() == &ls; })) {
+            ls.acquire();
+            e->inherited.push_back(SocketRef::adopt(&ls));
+            e->wake();
+        }
+        return false;
+    }
+    int err = 0;
+    auto id = rdma::CmId::create(e->channel(), nullptr, RDMA_PS_TCP, &err);
+    sockaddr_storage addr = ls.local;
+    if (!id || rdma_bind_addr(id->get(), reinterpret_cast<sockaddr *>(&addr)) != 0 ||
+        rdma_listen(id->get(), 128) != 0 || !reg->claim_holder(was, getpid()))
+        return false;
+    {
+        std::lock_guard<std::mutex> lk(e->mu);
+        e->listeners[id->get()] = Listener{id, ls.registry};
+    }
+    ls.listener = id;  // (the gone process's copy is never destroyed here: rdma/owners.hh)
+    ls.listener_pid = getpid();
+    RS_DEBUG("the RDMA listener's process (%d) is gone: this process takes the port over", static_cast<int>(was));
+    return true;
+}
+
+}  // namespace
+
+void listener_used(Socket &ls) noexcept
+{
+    if (!ls.listener || ls.listener_pid == getpid())
+        return;
+    // First use in this process (the fork made the listener's calls take the hooked path
+    // to see it): from here the engine watches it, and its calls go the fast path again.
+    if (ls.offloaded()) {
+        ls.set_offloaded(false);
+        if (!take_over(ls, true) && ls.registry && rt::default_reason() == Reason::pending)
+            if (Engine *e = engine())
+                e->own_listener(ls.local);  // (ready before the first connection)
+    } else {
+        take_over(ls);
+    }
+}
+
 void on_accept(Socket &ls, int fd, Socket &s) noexcept
 {
+    listener_used(ls);
     Engine *e = g_engine;
     // A listener another process opened (a pre-fork server's master): its RDMA listener
     // is that process's.  This process gets requests for the connections it accepts on

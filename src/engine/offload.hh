@@ -23,6 +23,10 @@ void on_listen(int fd, Socket &s) noexcept;
 // listen() failed after on_listen(): close the RDMA listener again.
 void drop_listener(Socket &s) noexcept;
 
+// A listening socket this process uses (accepts on, or waits on with epoll): if it was
+// inherited from a process that is gone, this one takes over its RDMA listener.
+void listener_used(Socket &ls) noexcept;
+
 // accept() on listener `ls` returned `fd`, tracked as `s`.
 void on_accept(Socket &ls, int fd, Socket &s) noexcept;
 

@@ -9,6 +9,7 @@
 
 #include "base/real.hh"
 #include "conn/rdma_conn.hh"
+#include "engine/offload.hh"
 #include "process/fd_table.hh"
 #include "process/runtime.hh"
 
@@ -447,6 +448,8 @@ int epoll_ctl(int epfd, int op, int fd, epoll_event *ev) noexcept
 {
     SocketRef s = fdt::get(fd);
     Conn *c = conn_of(s);
+    if (s && s->role == Role::listener && s->offloaded())
+        offload::listener_used(*s);  // (a fork child's first use of an inherited listener: offload.hh)
     if (c == nullptr || !s->offloaded())
         return RS_REAL(epoll_ctl)(epfd, op, fd, ev);
     int r;

@@ -45,6 +45,15 @@ public:
     bool find(uint64_t key, int64_t now_ms, Entry *out) const noexcept;
     // Forgets `key` (the request went on to its process, or the connection is closed).
     void erase(uint64_t key) noexcept;
+    // The process that holds the port's RDMA listener (0: none recorded).
+    pid_t holder() const noexcept { return holder_.load(std::memory_order_acquire); }
+    void set_holder(pid_t p) noexcept { holder_.store(p, std::memory_order_release); }
+    // Becomes the holder if the holder is still `was` (a process that took the port over
+    // after the holder's exit).
+    bool claim_holder(pid_t was, pid_t self) noexcept
+    {
+        return holder_.compare_exchange_strong(was, self, std::memory_order_acq_rel);
+    }
     // Whether any process ever recorded a connection here (a single-process server's
     // table never is: its engine does not look).
     bool used() const noexcept { return used_.load(std::memory_order_relaxed) != 0; }
@@ -59,6 +68,7 @@ private:
         std::atomic<uint32_t> port;
     };
     std::atomic<uint32_t> used_;
+    std::atomic<pid_t> holder_;
     Slot slots_[kSlots];
 };
 

@@ -54,8 +54,9 @@ public:
     virtual void after_fork_child() noexcept {}
     // In the parent after a fork.
     virtual void after_fork_parent() noexcept {}
-    // An accepted connection this process never used and forked after accepting: a fork
-    // child may serve it (and then logs it); this process's copy logs nothing at close.
+    // Another process's connection (logged there): this process's copy logs nothing at
+    // its close.  A fork child's copy of a connection with RDMA bound; an accepted
+    // connection unused at a fork (a fork child may serve it).
     virtual bool handed_off() const noexcept { return false; }
 
     // The RDMA transport (a Conn: Conn::of in conn/rdma_conn.hh turns it into one).

@@ -1525,6 +1525,18 @@ void servers_fork_per_conn(bool async)
     run_streams(name, plan, s, c, false);
 }
 
+// A client whose connection is on RDMA forks mid-connection; the child does MODE to its
+// copy (close; close every descriptor; exit(3), which runs the library's exit step;
+// exec with the descriptor inherited; use it: a write and a read both fail, sending
+// nothing) and ends while the parent waits, then the parent goes on.  The parent's
+// connection stays on RDMA, byte-exact at both ends.
+void servers_fork_live(const std::string &mode)
+{
+    Side s, c;
+    c.args = {"--fork-child", mode};
+    run_streams("servers/fork_live_" + mode, {{2u << 20, 2u << 20, "write", false}}, s, c, false);
+}
+
 // A pre-fork echo server and a client that writes 1 MB in calls of 1 to 64 bytes: many
 // thousands of messages each way, on a client queue pair made after the master sent
 // the request on to the worker (its receive count once carried over from the first
@@ -2195,11 +2207,78 @@ void program_socat_fork()
     }
 }
 
+// redis-server under load while BGSAVE forks it three times: redis-benchmark (4
+// clients, SET and GET, every connection on RDMA from its first byte) runs while
+// redis-cli asks for a BGSAVE every 400 ms; the fork child writes the dump with the
+// parent's offloaded connections inherited (and leaves them alone).  The benchmark
+// completes, the dumps succeed, a 1 MB value set before reads back the same after, and
+// every redis-server connection is on RDMA (but redis-benchmark's CONFIG GET, closed
+// before its switch when it is not waited for).
+void program_redis_bgsave()
+{
+    const std::string name = "programs/redis_bgsave";
+    WorkDir dir;
+    dir.keep = cfg.keep;
+    const std::string port = std::to_string(free_port(cfg.addr));
+    ProgRun sr, br, lr;
+    sr.name = "redis-server";
+    br.name = "redis-benchmark";
+    lr.name = "redis-cli";
+    Proc sp({"redis-server", "--port", port, "--bind", cfg.addr, "--save", "", "--appendonly", "no",
+             "--protected-mode", "no", "--dir", dir.path(), "--dbfilename", "dump.rdb"},
+            prog_env(dir / "s.log"), dir / "s.err", dir / "s.out");
+    BOOST_REQUIRE_MESSAGE(wait_listener(std::stoi(port), 20000), name << ": redis-server has no listener");
+    const std::string value = random_bytes(1u << 20, 0x2545F4914F6CDD1Dull, true);
+    write_file(dir / "value", value);
+    const std::string cli = "redis-cli -h " + cfg.addr + " -p " + port;
+    // One script: the value, then BGSAVE three times while the benchmark runs, then the
+    // value read back and the persistence status.  (Its connections: one per command.)
+    const std::string script = cli + " -x set big < " + (dir / "value") + " && sleep 0.5 && for i in 1 2 3; do " + cli +
+                               " bgsave; sleep 0.4; done; sleep 1; " + cli + " --raw get big > " +
+                               (dir / "got") + "; " + cli + " info persistence";
+    Proc bp({"redis-benchmark", "-h", cfg.addr, "-p", port, "-c", "4", "-n", "6000", "-t", "set,get", "-q"},
+            prog_env(dir / "b.log"), dir / "b.err", dir / "b.out");
+    Proc lp({"sh", "-c", script}, prog_env(dir / "l.log"), dir / "l.err", dir / "l.out");
+    await_prog(br, bp, dir, "b", 180000);
+    await_prog(lr, lp, dir, "l", 60000);
+    sp.signal(SIGTERM);
+    await_prog(sr, sp, dir, "s", 20000);
+    const std::string all = describe_prog(sr) + describe_prog(br) + describe_prog(lr);
+    BOOST_CHECK_MESSAGE(br.exit_code == 0 && br.out.find("SET: ") != std::string::npos &&
+                            br.out.find("GET: ") != std::string::npos,
+                        name << ": redis-benchmark did not finish\n" << all);
+    BOOST_CHECK_MESSAGE(lr.exit_code == 0 && read_file(dir / "got") == value + "\n",
+                        name << ": the value did not read back the same\n" << all);
+    size_t saves = 0;
+    for (size_t at = 0; (at = lr.out.find("Background saving started", at)) != std::string::npos; ++at)
+        ++saves;
+    BOOST_CHECK_MESSAGE(lr.out.find("rdb_last_bgsave_status:ok") != std::string::npos && saves >= 2,
+                        name << ": " << saves << " BGSAVEs started (want >= 2), or the last failed\n" << all);
+    BOOST_CHECK_MESSAGE(sr.log_problems.empty() && br.log_problems.empty() && lr.log_problems.empty(),
+                        name << ": log problems\n" << all);
+    unsigned rdma = 0;
+    for (const Fields &f : sr.closes) {
+        if (field(f, "transport") == "rdma")
+            ++rdma;
+        else
+            BOOST_CHECK_MESSAGE(field(f, "reason") == "closed_early",
+                                name << ": redis-server connection transport=" << field(f, "transport")
+                                     << " reason=" << field(f, "reason") << "\n" << all);
+    }
+    // 4 clients x 2 tests, and the script's 6 redis-cli connections.
+    BOOST_CHECK_MESSAGE(rdma >= 14, name << ": " << rdma << " redis-server connections on RDMA, want >= 14\n" << all);
+    std::string rates;  // redis-benchmark -q: progress lines end in \r, results in \n
+    for (const std::string &l : split_lines(br.out))
+        if (l.find("requests per second") != std::string::npos)
+            rates += " " + l.substr(l.rfind('\r') == std::string::npos ? 0 : l.rfind('\r') + 1);
+    note(name + ": " + std::to_string(rdma) + " redis-server connections on RDMA; redis-benchmark:" + rates);
+}
+
 // An nginx configuration in `t` (files under t/www) listening on addr:port: one process
 // (`master_process off`) when workers is 0, else that many worker processes.
-std::string nginx_conf(const std::string &t, const std::string &port, int workers)
+std::string nginx_conf(const std::string &t, const std::string &port, int workers, bool daemon = false)
 {
-    return std::string("daemon off;\n") +
+    return std::string(daemon ? "daemon on;\n" : "daemon off;\n") +
            (workers == 0 ? "master_process off;\n" : "worker_processes " + std::to_string(workers) + ";\n") +
            "error_log " + t + "/error.log;\npid " + t + "/nginx.pid;\n" + (geteuid() == 0 ? "user root;\n" : "") +
            "events { worker_connections 64; }\n" + "http {\n access_log off;\n client_body_temp_path " + t +
@@ -2207,6 +2286,25 @@ std::string nginx_conf(const std::string &t, const std::string &port, int worker
            "/tmp;\n scgi_temp_path " + t + "/tmp;\n server {\n  listen " + cfg.addr + ":" + port + ";\n  root " + t +
            "/www;\n }\n}\n";
 }
+
+// An nginx site in a work directory: a file of `size` random bytes at /file.bin, the
+// configuration for `workers` (nginx_conf), on a free port.
+struct NginxSite {
+    WorkDir dir;
+    std::string port, body, t, url;
+    NginxSite(size_t size, uint64_t seed, int workers, bool daemon = false)
+    {
+        dir.keep = cfg.keep;
+        port = std::to_string(free_port(cfg.addr));
+        body = random_bytes(size, seed, false);
+        t = dir.path();
+        mkdir((t + "/www").c_str(), 0755);
+        write_file(t + "/www/file.bin", body);
+        write_file(t + "/nginx.conf", nginx_conf(t, port, workers, daemon));
+        url = "http://" + cfg.addr + ":" + port + "/file.bin";
+    }
+    std::vector<std::string> command() const { return {"nginx", "-e", t + "/error.log", "-p", t, "-c", t + "/nginx.conf"}; }
+};
 
 // nginx serving a 1 MB file to curl (checked byte for byte), both under the library.
 // single: `master_process off`, one process that listens and accepts.  workers: 2
@@ -2218,19 +2316,13 @@ std::string nginx_conf(const std::string &t, const std::string &port, int worker
 void program_nginx(bool single)
 {
     const std::string name = std::string("programs/nginx_") + (single ? "single" : "workers");
-    WorkDir dir;
-    dir.keep = cfg.keep;
-    const std::string port = std::to_string(free_port(cfg.addr));
-    const std::string body = random_bytes(1u << 20, 0x2545F4914F6CDD1Dull, false);
-    const std::string t = dir.path();
-    mkdir((t + "/www").c_str(), 0755);
-    write_file(t + "/www/file.bin", body);
-    write_file(t + "/nginx.conf", nginx_conf(t, port, single ? 0 : 2));
+    NginxSite site(1u << 20, 0x2545F4914F6CDD1Dull, single ? 0 : 2);
+    const WorkDir &dir = site.dir;
+    const std::string &port = site.port, &body = site.body, &t = site.t;
     ProgRun sr, cr;
     sr.name = "nginx";
     cr.name = "curl";
-    Proc sp({"nginx", "-e", t + "/error.log", "-p", t, "-c", t + "/nginx.conf"}, prog_env(dir / "s.log", false),
-            dir / "s.err", dir / "s.out");
+    Proc sp(site.command(), prog_env(dir / "s.log", false), dir / "s.err", dir / "s.out");
     BOOST_REQUIRE_MESSAGE(wait_listener(std::stoi(port), 20000),
                           name << ": nginx has no TCP and RDMA listener on port " << port << "\n"
                                << read_file(t + "/error.log"));
@@ -2267,21 +2359,14 @@ void program_nginx(bool single)
 void program_nginx_wrk(int workers)
 {
     const std::string name = "programs/nginx_wrk_workers" + std::to_string(workers);
-    WorkDir dir;
-    dir.keep = cfg.keep;
-    const std::string port = std::to_string(free_port(cfg.addr));
-    const std::string body = random_bytes(16u << 10, 0x7A3C5E1D2B4F6A89ull, false);
-    const std::string t = dir.path();
-    mkdir((t + "/www").c_str(), 0755);
-    write_file(t + "/www/file.bin", body);
-    write_file(t + "/nginx.conf", nginx_conf(t, port, workers));
-    const std::string url = "http://" + cfg.addr + ":" + port + "/file.bin";
+    NginxSite site(16u << 10, 0x7A3C5E1D2B4F6A89ull, workers);
+    const WorkDir &dir = site.dir;
+    const std::string &port = site.port, &body = site.body, &t = site.t, &url = site.url;
     ProgRun sr, wr, cr;
     sr.name = "nginx";
     wr.name = "wrk";
     cr.name = "curl";
-    Proc sp({"nginx", "-e", t + "/error.log", "-p", t, "-c", t + "/nginx.conf"}, prog_env(dir / "s.log"),
-            dir / "s.err", dir / "s.out");
+    Proc sp(site.command(), prog_env(dir / "s.log"), dir / "s.err", dir / "s.out");
     BOOST_REQUIRE_MESSAGE(wait_listener(std::stoi(port), 20000),
                           name << ": nginx has no TCP and RDMA listener on port " << port << "\n"
                                << read_file(t + "/error.log"));
@@ -2322,6 +2407,69 @@ void program_nginx_wrk(int workers)
     for (const auto &kv : per_pid)
         spread += " " + std::to_string(kv.second);
     note(name + ": " + std::to_string(requests) + " requests in 3 s; nginx connections per worker:" + spread);
+}
+
+// nginx as it runs by default: `daemon on` (the process started listens, forks the
+// master and exits; the master forks 2 workers).  The RDMA listener goes with the
+// process that exits; the first worker to use the listener takes the port over (and
+// sends the others' requests on).  curl (checked byte for byte) and wrk: every
+// connection on RDMA at both ends.
+void program_nginx_daemon()
+{
+    const std::string name = "programs/nginx_daemon";
+    NginxSite site(256u << 10, 0x1B873593CC9E2D51ull, 2, true);
+    const WorkDir &dir = site.dir;
+    const std::string &port = site.port, &body = site.body, &t = site.t, &url = site.url;
+    ProgRun sr, wr, cr;
+    sr.name = "nginx";
+    wr.name = "wrk";
+    cr.name = "curl";
+    Proc sp(site.command(), prog_env(dir / "s.log"), dir / "s.err", dir / "s.out");
+    BOOST_REQUIRE_MESSAGE(sp.wait(20000) && sp.exit_code() == 0, name << ": nginx did not daemonize\n"
+                                                                     << read_file(t + "/error.log"));
+    if (!wait_listener(std::stoi(port), 20000)) {
+        std::string ids;
+        run_quiet({"rdma", "resource", "show", "cm_id"}, 5000, &ids);
+        BOOST_FAIL(name << ": nginx has no TCP and RDMA listener on port " << port << "\nrdma cm_ids:\n"
+                        << ids << "log:\n" << read_file(dir / "s.log") << "error.log:\n" << read_file(t + "/error.log"));
+    }
+    usleep(300 * 1000);  // (the workers start)
+    Proc cp({"curl", "-sS", "-o", t + "/got.bin", url}, prog_env(dir / "c.log"), dir / "c.err", dir / "c.out");
+    await_prog(cr, cp, dir, "c", 60000);
+    Proc wp({"wrk", "-t", "2", "-c", "4", "-d", "2s", url}, prog_env(dir / "w.log"), dir / "w.err", dir / "w.out");
+    await_prog(wr, wp, dir, "w", 60000);
+    // Stop the daemon: SIGQUIT to its master (pid file), then wait until it is gone.
+    const pid_t master = static_cast<pid_t>(std::atoi(read_file(t + "/nginx.pid").c_str()));
+    if (master > 0)
+        kill(master, SIGQUIT);
+    for (int i = 0; master > 0 && i < 200 && kill(master, 0) == 0; ++i)
+        usleep(100 * 1000);
+    usleep(300 * 1000);
+    sr.log = read_file(dir / "s.log");
+    {
+        PeerRun tmp;
+        tmp.log = sr.log;
+        parse_log(tmp);
+        sr.closes = tmp.closes;
+        sr.log_problems = tmp.log_problems;
+    }
+    const std::string all = describe_prog(sr) + describe_prog(cr) + describe_prog(wr) + "error.log:\n" +
+                            read_file(t + "/error.log");
+    BOOST_CHECK_MESSAGE(cr.exit_code == 0 && read_file(t + "/got.bin") == body, name << ": curl did not get the file\n"
+                                                                                      << all);
+    BOOST_CHECK_MESSAGE(wr.exit_code == 0 && wr.out.find("Socket errors") == std::string::npos &&
+                            wr.out.find("Non-2xx") == std::string::npos,
+                        name << ": wrk failed\n" << all);
+    BOOST_CHECK_MESSAGE(sr.log_problems.empty() && cr.log_problems.empty() && wr.log_problems.empty(),
+                        name << ": log problems\n" << all);
+    BOOST_CHECK_MESSAGE(cr.closes.size() == 1 && wr.closes.size() == 5 && sr.closes.size() == 6,
+                        name << ": close lines: curl " << cr.closes.size() << " (want 1), wrk " << wr.closes.size()
+                             << " (want 5), nginx " << sr.closes.size() << " (want 6)\n" << all);
+    for (const ProgRun *r : {&sr, &cr, &wr})
+        for (const Fields &f : r->closes)
+            BOOST_CHECK_MESSAGE(field(f, "transport") == "rdma", name << ": " << r->name << " connection transport="
+                                                                       << field(f, "transport") << " reason="
+                                                                       << field(f, "reason"));
 }
 
 // sockperf: one server per I/O multiplexer, a ping-pong and a throughput client on it.
@@ -2466,6 +2614,8 @@ bool init_tests()
     add(srv, "prefork4_async", [] { servers_prefork(4, true); });
     add(srv, "prefork_echo", servers_prefork_echo);
     add(srv, "fork_per_conn", [] { servers_fork_per_conn(false); });
+    for (std::string m : {"close", "closeall", "exit", "exec", "use"})
+        add(srv, "fork_live_" + m, [m] { servers_fork_live(m); });
     add(srv, "fork_per_conn_async", [] { servers_fork_per_conn(true); });
     master.add(srv);
 
@@ -2533,6 +2683,7 @@ bool init_tests()
     add(prog, "iperf3_async", [] { program_iperf3("async", {}, 1, true); });
     for (int c : {1, 8})
         add(prog, "redis_c" + std::to_string(c), [c] { program_redis(c); });
+    add(prog, "redis_bgsave", program_redis_bgsave);
     add(prog, "memcached", program_memcached);
     add(prog, "socat_oneshot", program_socat_oneshot);
     add(prog, "socat_fork", program_socat_fork);
@@ -2540,6 +2691,7 @@ bool init_tests()
     add(prog, "nginx_workers", [] { program_nginx(false); });
     for (int w : {0, 2, 4})
         add(prog, "nginx_wrk_workers" + std::to_string(w), [w] { program_nginx_wrk(w); });
+    add(prog, "nginx_daemon", program_nginx_daemon);
     for (std::string mux : {"default", "poll", "select"})
         for (std::string kind : {"pp", "tp"})
             add(prog, "sockperf_" + kind + "_" + mux, [kind, mux] { program_sockperf(kind, mux); });

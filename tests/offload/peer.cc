@@ -25,7 +25,11 @@
 // connections (a pre-fork server: the master only waits).  --fork-per-conn (server):
 // accept, fork a child that serves the connection, close the parent's copy (inetd
 // style).  --fork-conns (client): make the first connection itself, each later one in a
-// fork child (a child of a process that has used RDMA).
+// fork child (a child of a process that has used RDMA).  --fork-child MODE (client, seq
+// plans): after sending its bytes, fork a child that does MODE to its copy of the
+// connection while the parent waits, then goes on: close, closeall (every descriptor,
+// as a daemon does), exit (exit(3): the library's exit step runs), exec (/bin/true,
+// the descriptor inherited), use (a write and a read: both must fail, nothing is sent).
 // --wait-mode poll|select|epoll: nonblocking socket, every EAGAIN waits for
 // readiness (10 s without it is a lost wake-up).
 //
@@ -113,6 +117,7 @@ struct Options {
     int prefork = 0;            // server: workers that accept (0: this process accepts)
     bool fork_per_conn = false; // server: a child serves each connection
     bool fork_conns = false;    // client: connections after the first in fork children
+    std::string fork_child;     // client: fork a child mid-connection that does this to its copy
     bool push = false;        // server: write only, never read
     int stall_ms = 0;         // SO_RCVTIMEO/SO_SNDTIMEO on stream connections
     std::string warmup;       // client: ADDR:PORT to connect to (and close) first
@@ -626,6 +631,52 @@ long long wait_decided(int fd)
 }
 
 // One connection in stream mode.
+// --fork-child: what a fork child does to its copy of a live connection (the parent
+// waits for it).  Returns "MODE:ok", or "MODE:status" (the child's exit status).
+std::string fork_child(int fd)
+{
+    const std::string &m = opt.fork_child;
+    fflush(stdout);
+    pid_t p = fork();
+    if (p < 0)
+        die("fork: %s", strerror(errno));
+    if (p == 0) {
+        int rc = 0;
+        if (m == "close") {
+            rc = close(fd) == 0 ? 0 : 3;
+        } else if (m == "closeall") {
+            for (int i = 3; i < 1024; ++i)
+                close(i);
+        } else if (m == "exit") {
+            exit(0);
+        } else if (m == "exec") {
+            fcntl(fd, F_SETFD, 0);  // inherited by the new program
+            execl("/bin/true", "true", static_cast<char *>(nullptr));
+            rc = 4;
+        } else if (m == "use") {
+            // The copy is the parent's connection on RDMA: it reports a reset, and sends
+            // nothing (a write that went out would reach the peer as foreign bytes).
+            char b = 'x';
+            ssize_t w = send(fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            int we = errno;
+            ssize_t r = recv(fd, &b, 1, MSG_DONTWAIT);
+            int re = errno;
+            if (!(w < 0 && (we == EPIPE || we == ECONNRESET)) || !(r <= 0 && (r == 0 || re == ECONNRESET || re == EPIPE)))
+                rc = 5;
+        } else {
+            rc = 6;
+        }
+        _exit(rc);
+    }
+    int st = 0;
+    while (waitpid(p, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        return m + ":ok";
+    errorf(kScenario, "--fork-child %s: the child ended with status 0x%x", m.c_str(), st);
+    return m + ":" + std::to_string(st);
+}
+
 void stream(int fd, const Entry &e, Counts &c, std::string &extra)
 {
     const bool client = !opt.server;
@@ -685,6 +736,8 @@ void stream(int fd, const Entry &e, Counts &c, std::string &extra)
         long long t0 = now_us();
         send_stream(fd, 0, to_send, out_salt, c);
         extra += " send_ms=" + std::to_string((now_us() - t0) / 1000);
+        if (!opt.fork_child.empty())
+            extra += " child=" + fork_child(fd);
         if (opt.close_exit)
             return;
         if (opt.pause_ms > 0)  // no socket call at all meanwhile (usleep is not intercepted)
@@ -1735,7 +1788,7 @@ int main(int argc, char **argv)
         {"push", no_argument, nullptr, 'u'},          {"stall-ms", required_argument, nullptr, 'z'},
         {"warmup", required_argument, nullptr, 'y'},   {"close-listener", no_argument, nullptr, 'C'},
         {"prefork", required_argument, nullptr, 'k'},  {"fork-per-conn", no_argument, nullptr, 'K'},
-        {"fork-conns", no_argument, nullptr, 'f'},
+        {"fork-conns", no_argument, nullptr, 'f'},     {"fork-child", required_argument, nullptr, 'j'},
         {nullptr, 0, nullptr, 0}};
     optind = 2;
     int ch;
@@ -1767,6 +1820,7 @@ int main(int argc, char **argv)
         case 'k': opt.prefork = atoi(optarg); break;
         case 'K': opt.fork_per_conn = true; break;
         case 'f': opt.fork_conns = true; break;
+        case 'j': opt.fork_child = optarg; break;
         case 'u': opt.push = true; break;
         case 'z': opt.stall_ms = atoi(optarg); break;
         case 'y': opt.warmup = optarg; break;
