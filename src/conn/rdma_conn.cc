@@ -77,7 +77,11 @@ std::shared_ptr<rdma::CmId> Conn::restart_client_rdma() noexcept
 void Conn::before_fork() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
-    if (side_ == Side::client && sw_.phase() == Phase::maybe && !closed_)
+    // A negotiating client counts its TCP bytes, and so does a server that has used its
+    // connection (it may be switching): the child would move bytes behind that count.
+    // Both processes keep such a connection on TCP.  (A server connection nobody used
+    // yet goes to the first process that uses it: after_fork_parent/child.)
+    if (sw_.phase() == Phase::maybe && !closed_ && (side_ == Side::client || sw_.interested()))
         decide_tcp_locked(Reason::forked);
 }
 

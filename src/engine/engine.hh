@@ -169,6 +169,8 @@ public:
     Reason redirect_client(ClientNeg &n, uint16_t port, std::shared_ptr<rdma::CmId> &drop) noexcept;
     // In a fork child: close this process's copies of the parent's engine descriptors.
     void close_inherited() noexcept;
+    // Wake timers() when process `p` (the holder of an inherited listener) exits (mu held).
+    void watch_holder(pid_t p) noexcept;
 
 private:
     void loop() noexcept;
@@ -179,6 +181,10 @@ private:
     // A parked request whose connection another process of the group recorded: on to it.
     bool send_on(Parked &p, Clock::time_point now) noexcept;
 
+    std::map<pid_t, int> holder_fds_;  // pidfds of the holders watch_holder() watches
+    bool holder_exited_ = false;       // one of them fired (the loop sets it)
+    bool holder_poll_ = false;         // no pidfd: look every second
+    Clock::time_point next_holder_poll_{};
     bool started_ = false;
     int ep_ = -1;
     int cmd_efd_ = -1;

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <thread>
@@ -122,6 +123,25 @@ Engine *engine() noexcept
     return g_engine;
 }
 
+void Engine::watch_holder(pid_t p) noexcept
+{
+    // mu held.
+    if (holder_fds_.count(p) != 0)
+        return;
+    const int fd = static_cast<int>(syscall(SYS_pidfd_open, p, 0));
+    if (fd < 0) {
+        holder_poll_ = true;  // (before Linux 5.3, or not allowed: look every second)
+        next_holder_poll_ = Clock::now() + Ms(1000);
+        wake();
+        return;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLONESHOT;
+    ev.data.u64 = reinterpret_cast<uint64_t>(&holder_fds_) | kCmd;
+    RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, util::move_high(fd), &ev);
+    holder_fds_[p] = fd;
+}
+
 void Engine::close_inherited() noexcept
 {
     RS_REAL(close)(ep_);
@@ -129,6 +149,8 @@ void Engine::close_inherited() noexcept
     ep_ = cmd_efd_ = -1;
     for (const Own &o : own)  // (the ports of the parent's own listeners)
         RS_REAL(close)(o.reserve_fd);
+    for (const auto &kv : holder_fds_)
+        RS_REAL(close)(kv.second);
 }
 
 bool Engine::start() noexcept
@@ -241,6 +263,8 @@ void Engine::loop() noexcept
                     uint64_t v;
                     ssize_t r = RS_REAL(read)(cmd_efd_, &v, sizeof v);
                     (void)r;
+                } else {
+                    holder_exited_ = true;  // a pidfd (watch_holder): timers() looks again
                 }
                 break;
             case kComp:
@@ -296,7 +320,7 @@ int Engine::timers() noexcept
                 it = parked.erase(it);
             } else {
                 next = std::min(next, it->second.deadline);
-                if (it->second.reg && it->second.reg->used())  // its process may record it: look again soon
+                if (it->second.reg)  // its process may record it: look again soon
                     next = std::min(next, now + Ms(kRegistryPollMs));
                 ++it;
             }
@@ -335,7 +359,12 @@ int Engine::timers() noexcept
     std::vector<SocketRef> watch;
     {
         std::lock_guard<std::mutex> lk(mu);
-        watch = inherited;
+        // (On a holder's exit (its pidfd), or every second where pidfds are not to be had.)
+        if (holder_exited_ || (holder_poll_ && now >= next_holder_poll_)) {
+            watch = inherited;
+            holder_exited_ = false;
+            next_holder_poll_ = now + Ms(1000);
+        }
     }
     if (!watch.empty()) {
         for (SocketRef &r : watch)
@@ -345,9 +374,11 @@ int Engine::timers() noexcept
                                                [&](const SocketRef &x) { return x.get() == r.get(); }),
                                 inherited.end());
             }
+    }
+    {
         std::lock_guard<std::mutex> lk(mu);
-        if (!inherited.empty())
-            next = std::min(next, Clock::now() + Ms(200));
+        if (!inherited.empty() && holder_poll_)
+            next = std::min(next, next_holder_poll_);
     }
     // Destruction (rdma_destroy_id, dereg) outside the lock.
     for (auto &c : drop)
@@ -377,13 +408,13 @@ bool Engine::send_on(Parked &p, Clock::time_point now) noexcept
     if (kill(re.pid, 0) != 0 && errno == ESRCH) {
         // The worker is gone (and its port may be anyone's now): the request waits out
         // its time and is declined.
-        p.reg->erase(p.name);
+        p.reg->erase(p.name, re.pid);
         return false;
     }
     uint8_t d[neg::kDeclineSize];
     neg::encode_redirect(re.port, d);
     rdma_reject(p.id->get(), d, sizeof d);
-    p.reg->erase(p.name);
+    p.reg->erase(p.name, re.pid);
     RS_DEBUG("RDMA request from port %u: accepted by process %d, sent on to its port %u", p.hello.client_port,
              static_cast<int>(re.pid), re.port);
     return true;
@@ -688,6 +719,19 @@ void on_listen(int fd, Socket &s) noexcept
             return endpoint_key(reinterpret_cast<const sockaddr *>(&l.addr), true) == want;
         });
         if (it == e->lingering.end()) {
+            // Another listening socket of this process on the same address and port
+            // (SO_REUSEPORT: nginx `reuseport` makes one per worker, all in the master):
+            // they share its RDMA listener and table.
+            for (auto &kv : e->listeners) {
+                const Listener &l = kv.second;
+                if (!l.reg || endpoint_key(rdma_get_local_addr(l.id->get()), true) != want)
+                    continue;
+                s.listener = l.id;
+                s.listener_pid = getpid();
+                s.registry = l.reg;
+                RS_DEBUG("listen fd=%d: shares the RDMA listener of another socket on its address", fd);
+                return;
+            }
             RS_DEBUG("listen fd=%d: no RDMA listener (%s)", fd, strerror(bind_err));
             return;
         }
@@ -743,8 +787,9 @@ bool holder_gone(pid_t p) noexcept
 // A listener inherited from a process that is gone (a server that daemonizes: it
 // listened, forked and exited, and its RDMA listener went with it): the first process
 // of the group to use the listener takes the port over and becomes its holder.  While
-// the holder lives, the engine looks again every 200 ms (the exit of a daemonizing
-// server's first process comes just after its fork).  True when this process holds it.
+// the holder lives, the engine watches it (a pidfd: woken at its exit; the exit of a
+// daemonizing server's first process comes just after its fork).  True when this
+// process holds it.
 // `now`: from the engine's timers (else at most every 100 ms per process).
 bool take_over(Socket &ls, bool now) noexcept
 {
@@ -768,8 +813,8 @@ bool take_over(Socket &ls, bool now) noexcept
                          [&](const SocketRef &r) { return r.get() == &ls; })) {
             ls.acquire();
             e->inherited.push_back(SocketRef::adopt(&ls));
-            e->wake();
         }
+        e->watch_holder(was);
         return false;
     }
     int err = 0;
@@ -936,7 +981,7 @@ void forget_undecided(Engine *e, Conn &c) noexcept
     {
         std::lock_guard<std::mutex> lk(e->mu);
         if (auto rit = e->recorded.find(&c); rit != e->recorded.end()) {
-            rit->second.first->erase(rit->second.second);
+            rit->second.first->erase(rit->second.second, getpid());
             e->recorded.erase(rit);
         }
         auto kit = e->keys.find(&c);
@@ -970,10 +1015,16 @@ void drop_listener(Socket &s) noexcept
     }
     if (g_engine != nullptr) {
         auto id = std::static_pointer_cast<rdma::CmId>(s.listener);
+        std::lock_guard<std::mutex> lk(g_engine->mu);
+        // (Shared with another socket of this process, SO_REUSEPORT: it stays theirs.
+        // References: the engine's map, this socket's, `id`, and any other socket's.)
+        if (id.use_count() > 3) {
+            s.listener.reset();
+            return;
+        }
         // Connections it accepted within a switch window may still get their requests.
         const int64_t last = s.last_accept_ms.load(std::memory_order_relaxed);
         const auto until = Clock::time_point(Ms(last)) + switch_window();
-        std::lock_guard<std::mutex> lk(g_engine->mu);
         if (last != 0 && Clock::now() < until) {
             g_engine->lingering.push_back(Engine::Lingering{id, s.local, until});
             g_engine->wake();  // its deadline
@@ -1068,6 +1119,7 @@ void after_fork_child() noexcept
 {
     kits::after_fork_child();
     new (&g_start_mu) std::mutex();
+    new (&g_takeover_mu) std::mutex();
     // The parent's thread does not exist here and its RDMA objects are not ours: drop
     // our view without destroying anything (the parent still owns them), closing our
     // copies of its descriptors.  rdma-core's own state is the parent's too: the next

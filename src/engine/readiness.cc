@@ -448,8 +448,11 @@ int epoll_ctl(int epfd, int op, int fd, epoll_event *ev) noexcept
 {
     SocketRef s = fdt::get(fd);
     Conn *c = conn_of(s);
-    if (s && s->role == Role::listener && s->offloaded())
+    if (s && s->role == Role::listener && s->offloaded() && op != EPOLL_CTL_DEL) {
+        const int e = errno;
         offload::listener_used(*s);  // (a fork child's first use of an inherited listener: offload.hh)
+        errno = e;
+    }
     if (c == nullptr || !s->offloaded())
         return RS_REAL(epoll_ctl)(epfd, op, fd, ev);
     int r;

@@ -74,7 +74,7 @@ bool Registry::find(uint64_t key, int64_t now_ms, Entry *out) const noexcept
     return false;
 }
 
-void Registry::erase(uint64_t key) noexcept
+void Registry::erase(uint64_t key, pid_t pid) noexcept
 {
     const unsigned home = static_cast<unsigned>(key % kSlots);
     for (unsigned i = 0; i < kProbe; ++i) {
@@ -82,7 +82,7 @@ void Registry::erase(uint64_t key) noexcept
         uint32_t st = kReady;
         if (s.key.load(std::memory_order_relaxed) == key &&
             s.state.compare_exchange_strong(st, kWriting, std::memory_order_acq_rel)) {
-            if (s.key.load(std::memory_order_relaxed) == key)
+            if (s.key.load(std::memory_order_relaxed) == key && s.pid.load(std::memory_order_relaxed) == pid)
                 s.until_ms.store(0, std::memory_order_relaxed);
             s.state.store(kReady, std::memory_order_release);  // expired: free for the next put
         }

@@ -43,8 +43,9 @@ public:
     bool put(uint64_t key, Entry e, int64_t until_ms, int64_t now_ms) noexcept;
     // The entry for `key` that has not expired, if any.
     bool find(uint64_t key, int64_t now_ms, Entry *out) const noexcept;
-    // Forgets `key` (the request went on to its process, or the connection is closed).
-    void erase(uint64_t key) noexcept;
+    // Forgets `key` as recorded by `pid` (the request went on to it, or it closed the
+    // connection; another process's later entry for the key stays).
+    void erase(uint64_t key, pid_t pid) noexcept;
     // The process that holds the port's RDMA listener (0: none recorded).
     pid_t holder() const noexcept { return holder_.load(std::memory_order_acquire); }
     void set_holder(pid_t p) noexcept { holder_.store(p, std::memory_order_release); }

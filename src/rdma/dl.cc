@@ -56,8 +56,10 @@ void *open_lib(const char *name, Lmid_t *ns) noexcept
 // closes its copies: kept open, they would keep the parent's ids, queue pairs and
 // registered memory alive as long as the child lives, after the parent's exit (an RDMA
 // listener of a server that daemonizes would hold its port for nobody).
+// (Never destroyed: the engine's thread may still destroy objects, and so look here,
+// while the process runs its static destructors at exit.)
 std::mutex g_fds_mu;
-std::vector<int> g_fds;
+std::vector<int> &g_fds = *new std::vector<int>();
 
 }  // namespace
 

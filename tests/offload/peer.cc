@@ -22,7 +22,9 @@
 // 0.  --close-listener (server): close the listening socket right after each accept(),
 // as a one-shot server does, and listen anew on the same port for the next connection.
 // --prefork N (server): listen, then fork N workers that accept and serve the
-// connections (a pre-fork server: the master only waits).  --fork-per-conn (server):
+// connections (a pre-fork server: the master only waits); with --reuseport, the master
+// makes one SO_REUSEPORT listener per worker (nginx `reuseport`), each worker accepts
+// on its own.  --fork-per-conn (server):
 // accept, fork a child that serves the connection, close the parent's copy (inetd
 // style).  --fork-conns (client): make the first connection itself, each later one in a
 // fork child (a child of a process that has used RDMA).  --fork-child MODE (client, seq
@@ -115,6 +117,7 @@ struct Options {
     // such as nc -l), and listen anew on the same port for the next connection
     bool close_listener = false;
     int prefork = 0;            // server: workers that accept (0: this process accepts)
+    bool reuseport = false;     // server, with prefork: one SO_REUSEPORT listener per worker
     bool fork_per_conn = false; // server: a child serves each connection
     bool fork_conns = false;    // client: connections after the first in fork children
     std::string fork_child;     // client: fork a child mid-connection that does this to its copy
@@ -1524,6 +1527,8 @@ int listen_on(sockaddr_in &sa)
         die("socket: %s", strerror(errno));
     int one = 1;
     setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (opt.reuseport)
+        setsockopt(ls, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
     if (bind(ls, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
         die("bind %s:%d: %s", opt.addr.c_str(), ntohs(sa.sin_port), strerror(errno));
     if (listen(ls, 16) != 0)
@@ -1550,31 +1555,49 @@ int reap_children()
     return g_exit;
 }
 
-// --prefork N: the workers share a count of the connections still to accept.
-int prefork_main(int ls, int n)
+// --prefork N: the workers share a count of the connections still to accept.  With
+// --reuseport each has its own listener (lss[w]), and takes what the kernel gives it
+// until all n are served.
+int prefork_main(const std::vector<int> &lss, int n)
 {
     auto *next = static_cast<std::atomic<int> *>(
-        mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+        mmap(nullptr, 2 * sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
     if (next == MAP_FAILED)
         die("mmap: %s", strerror(errno));
     new (next) std::atomic<int>(0);
+    std::atomic<int> *served = new (next + 1) std::atomic<int>(0);
     for (int w = 0; w < opt.prefork; ++w) {
         pid_t p = fork();
         if (p < 0)
             die("fork: %s", strerror(errno));
-        if (p == 0) {
+        if (p != 0)
+            continue;
+        if (!opt.reuseport) {
             for (int i; (i = next->fetch_add(1)) < n;) {
-                int fd = accept4(ls, nullptr, nullptr, SOCK_CLOEXEC);
+                int fd = accept4(lss[0], nullptr, nullptr, SOCK_CLOEXEC);
                 if (fd < 0)
                     die("accept: %s", strerror(errno));
                 serve_connection(fd, i, 0, " worker=" + std::to_string(w));
             }
-            fflush(stdout);
-            _exit(g_exit);
+        } else {
+            const int ls = lss[static_cast<size_t>(w)];
+            while (served->load() < n) {
+                pollfd pf{ls, POLLIN, 0};
+                if (poll(&pf, 1, 100) != 1)
+                    continue;
+                int fd = accept4(ls, nullptr, nullptr, SOCK_CLOEXEC);
+                if (fd < 0)
+                    die("accept: %s", strerror(errno));
+                serve_connection(fd, next->fetch_add(1), 0, " worker=" + std::to_string(w));
+                served->fetch_add(1);
+            }
         }
+        fflush(stdout);
+        _exit(g_exit);
     }
     int rc = reap_children();
-    close(ls);
+    for (int ls : lss)
+        close(ls);
     return rc;
 }
 
@@ -1583,8 +1606,12 @@ int server_main()
     sockaddr_in sa = make_addr(opt.addr, opt.port);
     int ls = listen_on(sa);
     out_line("port=" + std::to_string(ntohs(sa.sin_port)));
-    if (opt.prefork > 0)
-        return prefork_main(ls, conn_count());
+    if (opt.prefork > 0) {
+        std::vector<int> lss{ls};
+        for (int w = 1; opt.reuseport && w < opt.prefork; ++w)
+            lss.push_back(listen_on(sa));  // (the same port: SO_REUSEPORT)
+        return prefork_main(lss, conn_count());
+    }
     for (int i = 0, n = conn_count(); i < n; ++i) {
         if (opt.accept_delay_ms > 0)
             usleep(static_cast<useconds_t>(opt.accept_delay_ms) * 1000);
@@ -1789,6 +1816,7 @@ int main(int argc, char **argv)
         {"warmup", required_argument, nullptr, 'y'},   {"close-listener", no_argument, nullptr, 'C'},
         {"prefork", required_argument, nullptr, 'k'},  {"fork-per-conn", no_argument, nullptr, 'K'},
         {"fork-conns", no_argument, nullptr, 'f'},     {"fork-child", required_argument, nullptr, 'j'},
+        {"reuseport", no_argument, nullptr, 'R'},
         {nullptr, 0, nullptr, 0}};
     optind = 2;
     int ch;
@@ -1821,6 +1849,7 @@ int main(int argc, char **argv)
         case 'K': opt.fork_per_conn = true; break;
         case 'f': opt.fork_conns = true; break;
         case 'j': opt.fork_child = optarg; break;
+        case 'R': opt.reuseport = true; break;
         case 'u': opt.push = true; break;
         case 'z': opt.stall_ms = atoi(optarg); break;
         case 'y': opt.warmup = optarg; break;
