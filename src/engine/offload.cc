@@ -86,9 +86,6 @@ void set_ack_timeout(rdma_cm_id *id) noexcept
 Engine *g_engine = nullptr;
 std::mutex g_start_mu;
 bool g_fork_reloads = false;  // a fork child of a process that had loaded rdma-core
-// An accepted connection this process has not used, and has forked since accepting: a
-// child may serve it.
-bool forked_since(const Conn &c) noexcept { return c.handed_off(); }
 
 namespace {
 bool take_over(Socket &ls, bool now = false) noexcept;  // (below, with on_accept)
@@ -311,7 +308,7 @@ int Engine::timers() noexcept
         }
         for (auto it = parked.begin(); it != parked.end();) {
             auto mit = maybe.find(it->first);
-            if ((mit == maybe.end() || forked_since(*mit->second)) && send_on(it->second, now)) {
+            if ((mit == maybe.end() || mit->second->handed_off()) && send_on(it->second, now)) {
                 expired.push_back(std::move(it->second.id));
                 it = parked.erase(it);
             } else if (now >= it->second.deadline) {
@@ -579,7 +576,7 @@ void Engine::handle(rdma_cm_event *ev) noexcept
                 // process of the listener's group has it.
                 p.reg = lit->second.reg;
                 p.name = registry_key(k.data(), static_cast<unsigned>(k.size()));
-                if ((mit == maybe.end() || forked_since(*mit->second)) && send_on(p, Clock::now())) {
+                if ((mit == maybe.end() || mit->second->handed_off()) && send_on(p, Clock::now())) {
                     drop_after_ack = std::move(owned);
                     break;
                 }
@@ -988,7 +985,7 @@ void forget_undecided(Engine *e, Conn &c) noexcept
         if (kit == e->keys.end())
             return;
         auto pit = e->parked.find(kit->second);
-        if (pit != e->parked.end() && pit->second.reg && forked_since(c)) {
+        if (pit != e->parked.end() && pit->second.reg && c.handed_off()) {
             // A fork child may serve it (fork per connection): its request waits for the
             // child to record it (timers()), declined only when its time is out.
         } else if (pit != e->parked.end()) {

@@ -1790,6 +1790,20 @@ void finish_prog(ProgRun &r, Proc &p, const TempDir &dir, const std::string &bas
     r.log_problems = tmp.log_problems;
 }
 
+// Each program logged `each` close lines, every one on RDMA.
+void expect_all_rdma(const std::string &name, std::initializer_list<const ProgRun *> runs, size_t each,
+                     const std::string &all)
+{
+    for (const ProgRun *r : runs) {
+        BOOST_CHECK_MESSAGE(r->closes.size() == each, name << ": " << r->name << ": " << r->closes.size()
+                                                           << " connections closed, want " << each << "\n" << all);
+        for (const Fields &f : r->closes)
+            BOOST_CHECK_MESSAGE(field(f, "transport") == "rdma", name << ": " << r->name << ": transport="
+                                                                     << field(f, "transport") << " reason="
+                                                                     << field(f, "reason"));
+    }
+}
+
 // Waits (up to ms) for a program to end, killing it past that, and collects its run.
 void await_prog(ProgRun &r, Proc &p, const TempDir &dir, const std::string &base, int ms)
 {
@@ -2163,14 +2177,7 @@ void program_socat_oneshot()
         BOOST_CHECK_MESSAGE(cr.exit_code == 0 && sr.exit_code == 0, name << " (" << tag << "): socat failed\n" << all);
         BOOST_CHECK_MESSAGE(read_file(t + "/" + tag + ".bin") == body, name << " (" << tag << "): the file differs");
         BOOST_CHECK_MESSAGE(sr.log_problems.empty() && cr.log_problems.empty(), name << ": log problems\n" << all);
-        for (const ProgRun *r : {&sr, &cr}) {
-            BOOST_CHECK_MESSAGE(r->closes.size() == 1, name << ": " << r->name << ": " << r->closes.size()
-                                                            << " connections closed, want 1\n" << all);
-            for (const Fields &f : r->closes)
-                BOOST_CHECK_MESSAGE(field(f, "transport") == "rdma", name << ": " << r->name << ": transport="
-                                                                         << field(f, "transport") << " reason="
-                                                                         << field(f, "reason"));
-        }
+        expect_all_rdma(name, {&sr, &cr}, 1, all);
     }
 }
 
@@ -2200,14 +2207,7 @@ void program_socat_fork()
     const std::string all = describe_prog(sr) + describe_prog(cr);
     BOOST_CHECK_MESSAGE(cr.exit_code == 0, name << ": the client failed (exit 1: the echo differs)\n" << all);
     BOOST_CHECK_MESSAGE(sr.log_problems.empty() && cr.log_problems.empty(), name << ": log problems\n" << all);
-    for (const ProgRun *r : {&sr, &cr}) {
-        BOOST_CHECK_MESSAGE(r->closes.size() == 3, name << ": " << r->name << ": " << r->closes.size()
-                                                        << " connections closed, want 3\n" << all);
-        for (const Fields &f : r->closes)
-            BOOST_CHECK_MESSAGE(field(f, "transport") == "rdma", name << ": " << r->name << ": transport="
-                                                                     << field(f, "transport") << " reason="
-                                                                     << field(f, "reason"));
-    }
+    expect_all_rdma(name, {&sr, &cr}, 3, all);
 }
 
 // redis-server under load while BGSAVE forks it three times: redis-benchmark (4
@@ -2325,14 +2325,7 @@ void program_python_server(bool prefork)
     const std::string all = describe_prog(sr) + describe_prog(cr);
     BOOST_CHECK_MESSAGE(cr.exit_code == 0, name << ": the client failed (exit 1: the echo differs)\n" << all);
     BOOST_CHECK_MESSAGE(sr.log_problems.empty() && cr.log_problems.empty(), name << ": log problems\n" << all);
-    for (const ProgRun *r : {&sr, &cr}) {
-        BOOST_CHECK_MESSAGE(r->closes.size() == 4, name << ": " << r->name << ": " << r->closes.size()
-                                                        << " connections closed, want 4\n" << all);
-        for (const Fields &f : r->closes)
-            BOOST_CHECK_MESSAGE(field(f, "transport") == "rdma", name << ": " << r->name << ": transport="
-                                                                     << field(f, "transport") << " reason="
-                                                                     << field(f, "reason"));
-    }
+    expect_all_rdma(name, {&sr, &cr}, 4, all);
 }
 
 // An nginx configuration in `t` (files under t/www) listening on addr:port: one process
