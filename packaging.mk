@@ -78,7 +78,8 @@ check-packages:
 	[ "$$lerrors" = 0 ] && [ "$$lrc" = 0 ] \
 	  || fail "lintian: $$lerrors error(s), exit status $$lrc"; \
 	dpkg -c "$$deb" | awk '{ print $$6 }' | sed 's|^\./|/|' >"$$tmp/deb.files"; \
-	for f in "/usr/lib/$$multiarch/rdmasock/librdmasock\.so" /usr/bin/rdmasock \
+	for f in "/usr/lib/$$multiarch/rdmasock/librdmasock\.so" \
+	         "/usr/lib/$$multiarch/rdmasock/librdmasock_engine\.so" /usr/bin/rdmasock \
 	         '/usr/share/man/man1/rdmasock\.1\.gz' '/usr/share/man/man7/rdmasock\.7\.gz'; do \
 	  has "$$f" "$$tmp/deb.files" "the .deb (dpkg -c)"; done; \
 	! grep '\.la$$' "$$tmp/deb.files" || fail "the .deb has a libtool .la file"; \
@@ -101,7 +102,8 @@ check-packages:
 	rpm -qlp "$$rpm" >"$$tmp/rpm.files"; \
 	libdir=$$(rpm --eval '%{_libdir}'); bindir=$$(rpm --eval '%{_bindir}'); \
 	mandir=$$(rpm --eval '%{_mandir}'); \
-	for f in "$$libdir/rdmasock/librdmasock\.so" "$$bindir/rdmasock" \
+	for f in "$$libdir/rdmasock/librdmasock\.so" "$$libdir/rdmasock/librdmasock_engine\.so" \
+	         "$$bindir/rdmasock" \
 	         "$$mandir/man1/rdmasock\.1(\.gz|\.bz2|\.xz|\.zst)?" \
 	         "$$mandir/man7/rdmasock\.7(\.gz|\.bz2|\.xz|\.zst)?"; do \
 	  has "$$f" "$$tmp/rpm.files" "the .rpm (rpm -qlp)"; done; \

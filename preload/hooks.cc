@@ -19,9 +19,9 @@
 #include "engine/offload.hh"
 #include "engine/readiness.hh"
 #include "include/rdmasock.h"
+#include "preload/shim.hh"
 #include "process/fd_table.hh"
 #include "process/runtime.hh"
-#include "process/signals.hh"
 #include "process/transport.hh"
 
 extern "C" void __chk_fail(void) __attribute__((noreturn));
@@ -35,12 +35,6 @@ struct ErrnoGuard {
     int saved = errno;
     ~ErrnoGuard() { errno = saved; }
 };
-
-bool eligible(int domain, int type, int protocol) noexcept
-{
-    return (domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
-           (protocol == 0 || protocol == IPPROTO_TCP);
-}
 
 Transport &transport_of(const Socket &s) noexcept
 {
@@ -351,7 +345,7 @@ ssize_t tx(Socket &s, int fd, const iovec *iov, int iovcnt, int flags) noexcept
 int socket(int domain, int type, int protocol) noexcept
 {
     int fd = RS_REAL(socket)(domain, type, protocol);
-    if (fd < 0 || !eligible(domain, type, protocol))
+    if (fd < 0 || !shim::eligible(domain, type, protocol))
         return fd;
     ErrnoGuard g;
     if (rt::ensure_started())
@@ -757,14 +751,6 @@ int close(int fd) noexcept
     return RS_REAL(close)(fd);
 }
 
-int sigaction(int signo, const struct sigaction *act, struct sigaction *old) noexcept
-{
-    return sig::sigaction(signo, act, old);
-}
-
-sighandler_t signal(int signo, sighandler_t handler) noexcept { return sig::signal(signo, handler); }
-sighandler_t bsd_signal(int signo, sighandler_t handler) noexcept { return sig::signal(signo, handler); }
-
 int shutdown(int fd, int how) noexcept
 {
     SocketRef s = offloaded_socket(fd);
@@ -994,11 +980,6 @@ pid_t fork() noexcept
     }
     return r;
 }
-
-// A vfork child shares the parent's stack: returning from this wrapper in the child
-// would corrupt the parent's frame.  vfork is therefore a fork here (POSIX allows a
-// conforming vfork child to run as a fork child; the only difference is speed).
-pid_t vfork() noexcept { return hook::fork(); }
 
 // exit() while calls on a connection whose close() was deferred are still blocked (they
 // never return): the connection closes as close() would have closed it (orderly FIN,

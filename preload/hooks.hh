@@ -1,6 +1,7 @@
-// The hooks behind the wrappers: rdmasock::hook::NAME for every RS_DATA and RS_HOOK
-// symbol (and the hand-written variadic ones).  Hooks set errno like the call they
-// replace; nothing they call throws.
+// The hooks behind the wrappers: rdmasock::hook::NAME for every RS_DATA, RS_HOOK and
+// RS_LOAD symbol (and the hand-written variadic ones), called through the engine's entry
+// points (preload/engine.cc); the RS_SHIM symbols have none (the shim handles them).
+// Hooks set errno like the call they replace; nothing they call throws.
 #pragma once
 
 #include <poll.h>
@@ -18,11 +19,8 @@ namespace rdmasock::hook {
 
 #define RS_DATA(ret, name, params, args, fd) ret name params noexcept;
 #define RS_HOOK(ret, name, params, args) ret name params noexcept;
-#define RS_VA(ret, name, params)
+#define RS_SHIM(ret, name, params, args)
 #include "base/symbols.def"
-#undef RS_DATA
-#undef RS_HOOK
-#undef RS_VA
 
 int fcntl(int fd, int cmd, void *arg) noexcept;
 int ioctl(int fd, unsigned long request, void *arg) noexcept;

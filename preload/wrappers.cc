@@ -1,55 +1,68 @@
-// The extern "C" entry points, generated from symbols.def.  Each wrapper is one line of
-// dispatch; for a call on an fd that is not an offloaded socket it is a table load, a
-// test and a tail call to the real function: no lock, no allocation, errno untouched.
+// The extern "C" entry points of the preload shim, generated from symbols.def.  Until the
+// engine is loaded each is a test and a tail call to the real function; from then on a
+// call through the engine's table (preload/entry.hh, preload/engine.cc).
 #include <cstdarg>
-#include <fcntl.h>
 
 #include "base/real.hh"
-#include "preload/hooks.hh"
-#include "process/fd_table.hh"
+#include "preload/shim.hh"
+#include "process/signals.hh"
 
 #define RS_EXPORT extern "C" __attribute__((visibility("default")))
 
 #define RS_DATA(ret, name, params, args, fd)                                   \
     RS_EXPORT ret name params noexcept                                         \
     {                                                                          \
-        if (__builtin_expect(!::rdmasock::fdt::offloaded(fd), 1))              \
-            return RS_REAL(name) args;                                         \
-        return ::rdmasock::hook::name args;                                    \
+        if (const auto *rs_engine_ = ::rdmasock::shim::engine())                        \
+            return rs_engine_->name args;                                               \
+        return RS_REAL(name) args;                                             \
     }
-#define RS_HOOK(ret, name, params, args)                                       \
-    RS_EXPORT ret name params noexcept { return ::rdmasock::hook::name args; }
-#define RS_VA(ret, name, params)
+#define RS_HOOK(ret, name, params, args) RS_DATA(ret, name, params, args, 0)
+#define RS_LOAD(ret, name, params, args)                                       \
+    RS_EXPORT ret name params noexcept                                         \
+    {                                                                          \
+        const auto *rs_engine_ = ::rdmasock::shim::engine();                            \
+        if (rs_engine_ == nullptr && ::rdmasock::shim::loads_engine_##name args)        \
+            rs_engine_ = ::rdmasock::shim::load();                                      \
+        if (rs_engine_ != nullptr)                                                      \
+            return rs_engine_->name args;                                               \
+        return RS_REAL(name) args;                                             \
+    }
+#define RS_SHIM(ret, name, params, args)
 #include "base/symbols.def"
-#undef RS_DATA
-#undef RS_HOOK
-#undef RS_VA
 
-// fcntl's third argument is an int or a pointer depending on cmd; like the C library we
-// pass it on as a pointer-sized value.  Only the dup commands change the fd table.
-#define RS_FCNTL(name)                                                         \
-    RS_EXPORT int name(int fd, int cmd, ...) noexcept                          \
+// The variadic ones: the third argument is an int or a pointer depending on the command;
+// like the C library we pass it on as a pointer-sized value.
+#define RS_VA_FD(ret, name, type)                                              \
+    RS_EXPORT ret name(int fd, type cmd, ...) noexcept                         \
     {                                                                          \
         va_list ap;                                                            \
         va_start(ap, cmd);                                                     \
         void *arg = va_arg(ap, void *);                                        \
         va_end(ap);                                                            \
-        if (__builtin_expect(cmd != F_DUPFD && cmd != F_DUPFD_CLOEXEC &&       \
-                                 !::rdmasock::fdt::offloaded(fd),              \
-                             1))                                               \
-            return RS_REAL(name)(fd, cmd, arg);                                \
-        return ::rdmasock::hook::fcntl(fd, cmd, arg);                          \
+        if (const auto *rs_engine_ = ::rdmasock::shim::engine())                        \
+            return rs_engine_->name(fd, cmd, arg);                                      \
+        return RS_REAL(name)(fd, cmd, arg);                                    \
     }
-RS_FCNTL(fcntl)
-RS_FCNTL(fcntl64)
+RS_VA_FD(int, fcntl, int)
+RS_VA_FD(int, fcntl64, int)
+RS_VA_FD(int, ioctl, unsigned long)
+#undef RS_VA_FD
 
-RS_EXPORT int ioctl(int fd, unsigned long request, ...) noexcept
+// The RS_SHIM symbols.  Signal handlers are wrapped from the start, engine or not
+// (process/signals.hh).
+RS_EXPORT int sigaction(int signo, const struct sigaction *act, struct sigaction *old) noexcept
 {
-    va_list ap;
-    va_start(ap, request);
-    void *arg = va_arg(ap, void *);
-    va_end(ap);
-    if (__builtin_expect(!::rdmasock::fdt::offloaded(fd), 1))
-        return RS_REAL(ioctl)(fd, request, arg);
-    return ::rdmasock::hook::ioctl(fd, request, arg);
+    return ::rdmasock::sig::sigaction(signo, act, old);
 }
+RS_EXPORT sighandler_t signal(int signo, sighandler_t handler) noexcept
+{
+    return ::rdmasock::sig::signal(signo, handler);
+}
+RS_EXPORT sighandler_t bsd_signal(int signo, sighandler_t handler) noexcept
+{
+    return ::rdmasock::sig::signal(signo, handler);
+}
+// A vfork child shares the parent's stack: returning from this wrapper in the child
+// would corrupt the parent's frame.  vfork is therefore a fork here (POSIX allows a
+// conforming vfork child to run as a fork child; the only difference is speed).
+RS_EXPORT pid_t vfork() noexcept { return fork(); }

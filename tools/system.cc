@@ -171,24 +171,35 @@ int run_under(const std::string &lib, const std::vector<std::string> &args, std:
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-// What enable proves before it writes anything: the library is a regular file owned by
-// root and writable by nobody else (every process of the machine will map it), and
-// programs run under it as without it.
-bool prove(const std::string &lib, bool as_root)
+// A file every process of the machine will map: regular, and (as root) owned by root and
+// writable by nobody else.
+bool mappable(const std::string &path, bool as_root)
 {
     struct stat st{};
+    if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "rdmasock: %s: not a regular file (%s)\n", path.c_str(), strerror(errno));
+        return false;
+    }
+    if (as_root && (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
+        fprintf(stderr, "rdmasock: %s must be owned by root and writable only by root\n", path.c_str());
+        return false;
+    }
+    return true;
+}
+
+// What enable proves before it writes anything: the library and the engine beside it
+// (loaded at a process's first TCP socket) are mappable, and programs run under it as
+// without it (a TCP connection loads the engine: a failure to load it prints a line,
+// which the probe's transcript would show).
+bool prove(const std::string &lib, bool as_root)
+{
     if (lib.empty() || lib[0] != '/') {
         fprintf(stderr, "rdmasock: the library path must be absolute: '%s'\n", lib.c_str());
         return false;
     }
-    if (stat(lib.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fprintf(stderr, "rdmasock: %s: not a regular file (%s)\n", lib.c_str(), strerror(errno));
+    if (!mappable(lib, as_root) ||
+        !mappable(lib.substr(0, lib.rfind('/') + 1) + "librdmasock_engine.so", as_root))
         return false;
-    }
-    if (as_root && (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
-        fprintf(stderr, "rdmasock: %s must be owned by root and writable only by root\n", lib.c_str());
-        return false;
-    }
     struct Probe {
         std::vector<std::string> argv;
         const char *want;

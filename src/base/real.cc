@@ -18,9 +18,6 @@ namespace {
 #define RS_VA(ret, name, params)                                               \
     ret missing_##name params { errno = ENOSYS; return (ret)-1; }
 #include "base/symbols.def"
-#undef RS_DATA
-#undef RS_HOOK
-#undef RS_VA
 #pragma GCC diagnostic pop
 
 void *next(const char *name) noexcept
@@ -47,9 +44,6 @@ void *next(const char *name) noexcept
 #define RS_HOOK(ret, name, params, args) RS_RESOLVER(ret, name, params)
 #define RS_VA(ret, name, params) RS_RESOLVER(ret, name, params)
 #include "base/symbols.def"
-#undef RS_DATA
-#undef RS_HOOK
-#undef RS_VA
 
 void resolve_all() noexcept
 {
@@ -57,9 +51,6 @@ void resolve_all() noexcept
 #define RS_HOOK(ret, name, params, args) if (!g.name) resolve_##name();
 #define RS_VA(ret, name, params) if (!g.name) resolve_##name();
 #include "base/symbols.def"
-#undef RS_DATA
-#undef RS_HOOK
-#undef RS_VA
 }
 
 }  // namespace rdmasock::real

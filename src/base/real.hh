@@ -1,5 +1,6 @@
 // The real (next) implementations of every interposed symbol, resolved with
-// dlsym(RTLD_NEXT).  Generated from src/base/symbols.def.
+// dlsym(RTLD_NEXT).  Generated from src/base/symbols.def.  Defined in the preload shim,
+// shared with the engine (base/shared.hh).
 #pragma once
 
 #include <poll.h>
@@ -12,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/shared.hh"
+
 namespace rdmasock::real {
 
 struct Table {
@@ -19,26 +22,20 @@ struct Table {
 #define RS_HOOK(ret, name, params, args) ret(*name) params;
 #define RS_VA(ret, name, params) ret(*name) params;
 #include "base/symbols.def"
-#undef RS_DATA
-#undef RS_HOOK
-#undef RS_VA
 };
 
-extern Table g;
+extern RS_SHARED Table g;
 
 // Resolvers, called when a pointer is still null (a call before our constructor).
 // They never return null: a symbol the C library lacks resolves to a stub that fails
 // with ENOSYS.
-#define RS_DATA(ret, name, params, args, fd) ret (*resolve_##name() noexcept) params;
-#define RS_HOOK(ret, name, params, args) ret (*resolve_##name() noexcept) params;
-#define RS_VA(ret, name, params) ret (*resolve_##name() noexcept) params;
+#define RS_DATA(ret, name, params, args, fd) RS_SHARED ret (*resolve_##name() noexcept) params;
+#define RS_HOOK(ret, name, params, args) RS_SHARED ret (*resolve_##name() noexcept) params;
+#define RS_VA(ret, name, params) RS_SHARED ret (*resolve_##name() noexcept) params;
 #include "base/symbols.def"
-#undef RS_DATA
-#undef RS_HOOK
-#undef RS_VA
 
 // Resolve the whole table (the library constructor calls this).
-void resolve_all() noexcept;
+RS_SHARED void resolve_all() noexcept;
 
 }  // namespace rdmasock::real
 

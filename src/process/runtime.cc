@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <sched.h>
-#include <sys/auxv.h>
 
 #include "base/log.hh"
 #include "base/real.hh"
@@ -19,7 +18,6 @@ namespace {
 enum State : int { kIdle, kStarting, kOn, kOff };
 
 std::atomic<int> g_state{kIdle};
-bool g_secure = false;
 // Never destroyed (its strings are read by the library's threads, which may still run
 // while the process runs its static destructors at exit).
 Config &the_config() noexcept
@@ -72,20 +70,12 @@ void start() noexcept
 
 }  // namespace
 
-void on_load() noexcept
-{
-    g_secure = getauxval(AT_SECURE) != 0;
-    real::resolve_all();
-}
-
-bool secure() noexcept { return g_secure; }
-
 bool ensure_started() noexcept
 {
     int s = g_state.load(std::memory_order_acquire);
     if (__builtin_expect(s == kOn, 1))
         return true;
-    if (s == kOff || g_secure || t_starting)
+    if (s == kOff || secure() || t_starting)
         return false;
     int expected = kIdle;
     if (g_state.compare_exchange_strong(expected, kStarting, std::memory_order_acq_rel)) {

@@ -1,8 +1,8 @@
 // The one runtime object of the process, owned by the preload layer.
 //
-// Nothing starts at load: the constructor only resolves the real symbols and checks
-// for secure-execution mode.  Configuration, the log file and the RDMA device probe
-// start at the first eligible socket (an AF_INET/AF_INET6 stream socket).
+// Nothing starts at load (process/secure.hh is all the preload shim runs).  The engine
+// is loaded, and configuration, the log file and the RDMA device probe start, at the
+// first eligible socket (an AF_INET/AF_INET6 stream socket).
 #pragma once
 
 #include <atomic>
@@ -10,15 +10,9 @@
 #include "base/reason.hh"
 #include "config/config.hh"
 #include "config/rules.hh"
+#include "process/secure.hh"
 
 namespace rdmasock::rt {
-
-// Library constructor: secure-mode check and symbol resolution.  No environment read,
-// no file, no thread, no device.
-void on_load() noexcept;
-
-// True in secure-execution mode (setuid, file capabilities): the library is inert.
-bool secure() noexcept;
 
 // Start the runtime if needed (idempotent, thread-safe).  Returns true when sockets
 // are to be tracked; false when inert, disabled, or called re-entrantly while starting.

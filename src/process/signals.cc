@@ -2,10 +2,10 @@
 
 #include <atomic>
 #include <cerrno>
-#include <mutex>
+#include <pthread.h>
 
 #include "base/real.hh"
-#include "process/runtime.hh"
+#include "process/secure.hh"
 
 namespace rdmasock::sig {
 
@@ -20,7 +20,15 @@ struct Entry {
     std::atomic<int> flags{0};
 };
 Entry g_user[NSIG];
-std::mutex g_mu;  // sigaction calls are rare: one at a time keeps table and kernel in step
+// sigaction calls are rare: one at a time keeps table and kernel in step.  (A plain
+// pthread mutex: the shim links no C++ runtime.)
+pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+struct Lock {
+    Lock() noexcept { pthread_mutex_lock(&g_mu); }
+    ~Lock() { pthread_mutex_unlock(&g_mu); }
+    Lock(const Lock &) = delete;
+    Lock &operator=(const Lock &) = delete;
+};
 
 __thread int t_last __attribute__((tls_model("initial-exec"))) = 0;
 
@@ -84,7 +92,7 @@ int sigaction(int signo, const struct sigaction *act, struct sigaction *old) noe
 {
     if (rt::secure() || signo <= 0 || signo >= NSIG || signo == SIGKILL || signo == SIGSTOP)
         return RS_REAL(sigaction)(signo, act, old);
-    std::lock_guard<std::mutex> lk(g_mu);
+    Lock lk;
     struct sigaction prev {};
     const bool wrap = act != nullptr && act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN;
     // Save the previous entry: the program sees what it had installed.

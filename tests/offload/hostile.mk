@@ -35,7 +35,8 @@ tests_offload_victim_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
 tests_offload_victim_LDADD = -lpthread
 
 HOSTILE_ASAN_LIB = tests/offload/asan/librdmasock.so
-HOSTILE_ASAN_CC = $(filter %.cc,$(librdmasock_core_la_SOURCES) $(librdmasock_la_SOURCES))
+HOSTILE_ASAN_CC = $(filter %.cc,$(librdmasock_base_la_SOURCES) $(librdmasock_core_la_SOURCES) \
+	$(librdmasock_la_SOURCES) $(librdmasock_engine_la_SOURCES))
 
 tests_offload_hostile_tests_SOURCES = tests/offload/hostile_tests.cc tests/offload/driver.hh
 tests_offload_hostile_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TEST_DYN_LINK \
@@ -46,7 +47,7 @@ tests_offload_hostile_tests_LDADD = tests/common/libtestcommon.a $(BOOST_TEST_LI
 EXTRA_tests_offload_hostile_tests_DEPENDENCIES = tests/offload/hostile$(EXEEXT) \
 	tests/offload/victim$(EXEEXT)
 
-$(HOSTILE_ASAN_LIB): librdmasock.la preload/librdmasock.map $(HOSTILE_ASAN_CC:%=$(srcdir)/%)
+$(HOSTILE_ASAN_LIB): librdmasock.la librdmasock_engine.la preload/librdmasock.map $(HOSTILE_ASAN_CC:%=$(srcdir)/%)
 	$(AM_V_GEN)$(MKDIR_P) tests/offload/asan && \
 	$(CXX) $(DEFS) $(DEFAULT_INCLUDES) $(AM_CPPFLAGS) $(CPPFLAGS) $(AM_CXXFLAGS) \
 	  -O1 -g -fno-omit-frame-pointer -fsanitize=address -fPIC -shared -o $@.tmp \

@@ -20,25 +20,34 @@ tests_offload_offload_tests_SOURCES = tests/offload/offload_tests.cc tests/offlo
 tests_offload_offload_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TEST_DYN_LINK \
 	-DRDMASOCK_BUILD_LIB='"$(abs_top_builddir)/.libs/librdmasock.so"' \
 	-DOFFLOAD_PEER='"$(abs_top_builddir)/tests/offload/peer$(EXEEXT)"' \
-	-DOFFLOAD_KVCLIENT='"$(abs_top_builddir)/tests/offload/kvclient$(EXEEXT)"'
+	-DOFFLOAD_KVCLIENT='"$(abs_top_builddir)/tests/offload/kvclient$(EXEEXT)"' \
+	-DOFFLOAD_EMPTY_PRELOAD='"$(abs_top_builddir)/tests/offload/empty_preload.so"'
 tests_offload_offload_tests_LDADD = tests/common/libtestcommon.a $(BOOST_TEST_LIBS) -lpthread
 # The tests run the preload library and the peer.
-EXTRA_tests_offload_offload_tests_DEPENDENCIES = librdmasock.la tests/offload/peer$(EXEEXT) tests/offload/kvclient$(EXEEXT)
+EXTRA_tests_offload_offload_tests_DEPENDENCIES = librdmasock.la librdmasock_engine.la tests/offload/peer$(EXEEXT) tests/offload/kvclient$(EXEEXT) \
+	tests/offload/empty_preload.so
+
+# An empty library to preload: the floor of system/start_cost.
+tests/offload/empty_preload.so: $(srcdir)/tests/offload/empty_preload.cc
+	$(AM_V_GEN)$(MKDIR_P) tests/offload && $(CXX) $(AM_CXXFLAGS) $(CXXFLAGS) -fPIC -shared \
+	  -Wl,--as-needed -o $@ $(srcdir)/tests/offload/empty_preload.cc
+EXTRA_DIST += tests/offload/empty_preload.cc
+CLEANFILES += tests/offload/empty_preload.so
 
 # On the host: build, boot the VM once (with the nordma namespace), run every case
 # inside.  Fails on any failure or skip; the last line is "N passed, N failed".
-check-offload: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la
+check-offload: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la librdmasock_engine.la
 	$(top_srcdir)/tests/vm/run --nordma-ns --timeout 600 -- $(SHELL) \
 	  $(abs_top_srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/offload_tests
 
 # The same where a device and the nordma namespace already are (inside the VM).
-check-offload-guest: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la
+check-offload-guest: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la librdmasock_engine.la
 	$(SHELL) $(srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/offload_tests
 
 # Two VMs joined by a network link (tests/vm/run --two-vms): the servers run on VM 2,
 # so the bytes cross a link and writes are really in flight (coalescing, connection cost
 # over a network).  The temporary directory is in the tree, which both VMs share.
-check-offload-2vm: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la
+check-offload-2vm: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la librdmasock_engine.la
 	rm -rf tests/offload/tmp2vm && mkdir -p tests/offload/tmp2vm
 	$(top_srcdir)/tests/vm/run --two-vms --timeout 600 -- env \
 	  TEST_OFFLOAD_TMP=$(abs_top_builddir)/tests/offload/tmp2vm \

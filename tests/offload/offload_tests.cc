@@ -1394,17 +1394,18 @@ void fallback_probe_adapts()
 // ---- system: what every process of a machine pays -----------------------------------------
 
 // The cost of a process start with the library preloaded (as /etc/ld.so.preload does
-// for every process): /bin/true spawned again and again, with and without LD_PRELOAD, in
-// interleaved rounds; the median round of each.  The library maps nothing but itself and
-// libc until a connection may be offloaded (tests/preload: nothing_loaded_...).
+// for every process): /bin/true spawned again and again without LD_PRELOAD, with an empty
+// library preloaded and with librdmasock.so, in interleaved rounds; the median round of
+// each.  The library maps nothing but its shim and libc until a connection may be
+// offloaded (tests/preload: nothing_loaded_...).
 void system_start_cost()
 {
     const std::string name = "system/start_cost";
     const int rounds = 9, per_round = 40;
-    auto spawn_all = [&](bool with) {
+    auto spawn_all = [&](const std::string &preload) {
         std::vector<std::string> envs = {"PATH=/usr/bin:/bin"};
-        if (with)
-            envs.push_back("LD_PRELOAD=" + cfg.lib);
+        if (!preload.empty())
+            envs.push_back("LD_PRELOAD=" + preload);
         std::vector<char *> envp;
         for (auto &e : envs)
             envp.push_back(const_cast<char *>(e.c_str()));
@@ -1420,24 +1421,27 @@ void system_start_cost()
         }
         return (now_ms() - t0) / per_round;
     };
-    std::vector<double> without, with;
+    std::vector<double> without, empty, with;
     for (int r = 0; r < rounds; ++r) {
-        without.push_back(spawn_all(false));
-        with.push_back(spawn_all(true));
+        without.push_back(spawn_all(""));
+        empty.push_back(spawn_all(OFFLOAD_EMPTY_PRELOAD));
+        with.push_back(spawn_all(cfg.lib));
     }
     std::sort(without.begin(), without.end());
+    std::sort(empty.begin(), empty.end());
     std::sort(with.begin(), with.end());
-    const double a = without[rounds / 2], b = with[rounds / 2];
-    char line[200];
-    snprintf(line, sizeof line, "%s: /bin/true, median of %d rounds of %d: %.3f ms without, %.3f ms with the library "
-             "preloaded (%+.1f%%)", name.c_str(), rounds, per_round, a, b, (b / a - 1) * 100);
+    const double a = without[rounds / 2], e = empty[rounds / 2], b = with[rounds / 2];
+    char line[300];
+    snprintf(line, sizeof line,
+             "%s: /bin/true, median of %d rounds of %d: %.3f ms without, %.3f ms with an empty library "
+             "preloaded (%+.1f%%), %.3f ms with librdmasock.so (%+.1f%%; %+.1f%% over the empty one)",
+             name.c_str(), rounds, per_round, a, e, (e / a - 1) * 100, b, (b / a - 1) * 100, (b / e - 1) * 100);
     note(line);
-    // Not the target (+5%), which is not met: under emulation every page fault
-    // of a process start is costly, and even an empty preloaded library adds about 20%
-    // (62 -> 70 ms); this library maps a C++ runtime (50 more page faults, +70-80%).
-    // What is held here: no rdma-core, libstdc++ or libunwind mapped at start (it was
-    // +124% with them), i.e. well under twice the cost of a start without the library.
-    BOOST_CHECK_MESSAGE(b <= a * 2.0, line);
+    // The target (+5% over no preload) is below what preloading any library costs
+    // under emulation (the empty one: +10-20%).  What is held: the library costs a start
+    // about what an empty library costs (it was +70-77% with the whole engine mapped at
+    // start, +124% with rdma-core linked).
+    BOOST_CHECK_MESSAGE(b <= e * 1.15, line);
 }
 
 // ---- servers: the shapes servers are deployed in ------------------------------------------

@@ -30,24 +30,24 @@ TESTS += tests/preload/parity_tests tests/preload/program_tests
 # connection offloaded, inside the soft-RoCE VM.  Besides parity with the kernel, each
 # case asserts from the close-time log lines which connections were on RDMA and why the
 # others were not.  A skip (no device) fails; the last line is "N passed, N failed".
-check-parity-rdma: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la
+check-parity-rdma: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la librdmasock_engine.la
 	$(top_srcdir)/tests/vm/run --timeout 400 -- $(SHELL) \
 	  $(abs_top_srcdir)/tests/preload/run-parity-rdma $(abs_top_builddir)/tests/preload/parity_tests
 
 # The same in busy-poll mode: blocking calls spin on the completion queue before they
 # sleep (RDMASOCK_BUSY_POLL_US), and must still honour timeouts, signals and EOF.
-check-parity-rdma-busy: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la
+check-parity-rdma-busy: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la librdmasock_engine.la
 	$(top_srcdir)/tests/vm/run --timeout 400 -- env TEST_PARITY_BUSY_POLL_US=100 $(SHELL) \
 	  $(abs_top_srcdir)/tests/preload/run-parity-rdma $(abs_top_builddir)/tests/preload/parity_tests
 
 # The same with 8 KiB rings: streams wrap the rings and fill them (flow control,
 # partial writes, EAGAIN and wake-ups on credit) in every scenario.
-check-parity-rdma-small: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la
+check-parity-rdma-small: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la librdmasock_engine.la
 	$(top_srcdir)/tests/vm/run --timeout 400 -- env TEST_PARITY_RING_KB=8 $(SHELL) \
 	  $(abs_top_srcdir)/tests/preload/run-parity-rdma $(abs_top_builddir)/tests/preload/parity_tests
 
 # The same where a device already is (inside the VM, or a host with RDMA).
-check-parity-rdma-guest: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la
+check-parity-rdma-guest: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la librdmasock_engine.la
 	$(SHELL) $(srcdir)/tests/preload/run-parity-rdma $(abs_top_builddir)/tests/preload/parity_tests
 
 .PHONY: check-parity-rdma check-parity-rdma-busy check-parity-rdma-small check-parity-rdma-guest

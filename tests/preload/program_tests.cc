@@ -418,12 +418,22 @@ BOOST_AUTO_TEST_CASE(system_enable_disable)
     // A "library" that is not one: refused, the file untouched.
     const std::string bad = td / "librdmasock.so";
     testcommon::write_file(bad, "not an ELF object\n");
+    std::string engine = kLib;  // beside it, the real engine: only the library is bad
+    engine.replace(engine.rfind('/') + 1, std::string::npos, "librdmasock_engine.so");
+    BOOST_REQUIRE(testcommon::write_file(td / "librdmasock_engine.so", testcommon::read_file(engine), 0755));
     testcommon::write_file(file, "/usr/lib/other.so\n");
     Result refused = sys("enable", bad);
     BOOST_CHECK_MESSAGE(refused.exit_code() == 1 && refused.err.find("refusing") != std::string::npos, refused.describe());
     BOOST_CHECK_EQUAL(testcommon::read_file(file), "/usr/lib/other.so\n");
     BOOST_CHECK_EQUAL(testcommon::run({program("sh"), "-c", "ls " + td.path() + " | grep -c rdmasock-new"}, env, 10000).out,
                       "0\n");  // no temporary file left behind
+    // A library without the engine beside it: refused, naming the engine.
+    unlink((td / "librdmasock_engine.so").c_str());
+    testcommon::write_file(bad, testcommon::read_file(kLib), 0755);
+    Result noengine = sys("enable", bad);
+    BOOST_CHECK_MESSAGE(noengine.exit_code() == 1 && noengine.err.find("librdmasock_engine.so") != std::string::npos,
+                        noengine.describe());
+    BOOST_CHECK_EQUAL(testcommon::read_file(file), "/usr/lib/other.so\n");
     // A commented-out entry is no entry (ld.so skips comments too).
     testcommon::write_file(file, "# " + std::string(kLib) + "\n/usr/lib/other.so # a comment\n");
     BOOST_CHECK_EQUAL(sys("status").exit_code(), 1);
@@ -731,12 +741,29 @@ struct SuidLib {
         std::string lib = testcommon::read_file(kLib, &ok);
         if (!ok || !testcommon::write_file(path, lib, 0755) || chmod(path.c_str(), 04755) != 0)
             path.clear();
+        // The engine the shim loads, beside it (the non-setuid run loads it), unless one
+        // is there already.
+        std::string built = kLib;
+        built.replace(built.rfind('/') + 1, std::string::npos, "librdmasock_engine.so");
+        engine = dir + "/librdmasock_engine.so";
+        if (testcommon::file_exists(engine)) {
+            engine.clear();
+        } else {
+            std::string e = testcommon::read_file(built, &ok);
+            if (!ok || !testcommon::write_file(engine, e, 0755)) {
+                unlink(engine.c_str());
+                path.clear();
+            }
+        }
     }
     ~SuidLib()
     {
         if (!path.empty())
             unlink(path.c_str());
+        if (!engine.empty())
+            unlink(engine.c_str());
     }
+    std::string engine;  // the engine copied beside it, to remove
 };
 
 struct Inspection {

@@ -10,7 +10,7 @@ check_PROGRAMS += $(RDMA_DEVICE_TESTS)
 TESTS += $(RDMA_DEVICE_TESTS)
 
 # No per-target flags, so common.o is built once for all three.
-rdma_test_ldadd = tests/common/libtestcommon.a librdmasock_core.la $(IBVERBS_LIBS) $(RDMACM_LIBS) $(BOOST_TEST_LIBS) -lpthread
+rdma_test_ldadd = tests/common/libtestcommon.a librdmasock_core.la librdmasock_base.la $(IBVERBS_LIBS) $(RDMACM_LIBS) $(BOOST_TEST_LIBS) -lpthread
 
 tests_rdma_owners_test_SOURCES = tests/rdma/test_owners.cc tests/rdma/common.cc tests/rdma/common.hh
 tests_rdma_owners_test_LDADD = $(rdma_test_ldadd)
