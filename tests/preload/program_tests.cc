@@ -269,6 +269,32 @@ BOOST_AUTO_TEST_CASE(nothing_loaded_without_an_eligible_socket, *boost::unit_tes
     BOOST_CHECK_MESSAGE(b.out.find("threads: 1\n") != std::string::npos, "with the library:\n" << b.out);
 }
 
+// A process start maps the shim only: the engine is loaded at the first socket that may
+// be offloaded (a TCP socket), not by a socketpair, a UDP socket, a fork or signal handlers.
+BOOST_AUTO_TEST_CASE(engine_loaded_at_the_first_tcp_socket, *boost::unit_test::precondition(Installed{{"python3"}}))
+{
+    const std::string script =
+        "import os, signal, socket\n"
+        "def ours(): return sorted({os.path.basename(l.split()[-1]) for l in open('/proc/self/maps') if 'librdmasock' in l})\n"
+        "print('start:', ours())\n"
+        "signal.signal(signal.SIGUSR1, lambda *a: None)\n"
+        "a, b = socket.socketpair(); u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "pid = os.fork()\n"
+        "if pid == 0: os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "print('no tcp socket:', ours())\n"
+        "t = socket.socket()\n"
+        "print('tcp socket:', ours())\n";
+    require_lib();
+    Result r = testcommon::run({program("python3"), "-c", script},
+                               testcommon::with_lib(testcommon::base_env(), kLib, "", ""), 30000);
+    BOOST_CHECK_EQUAL(r.exit_code(), 0);
+    BOOST_CHECK_EQUAL(r.out, "start: ['librdmasock.so']\n"
+                             "no tcp socket: ['librdmasock.so']\n"
+                             "tcp socket: ['librdmasock.so', 'librdmasock_engine.so']\n");
+    BOOST_CHECK_EQUAL(r.err, "");
+}
+
 BOOST_AUTO_TEST_CASE(static_busybox, *boost::unit_test::precondition(Installed{{"busybox"}}))
 {
     std::string bb = testcommon::file_exists("/bin/busybox") ? "/bin/busybox" : program("busybox");
