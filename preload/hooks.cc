@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <mutex>
@@ -729,16 +730,16 @@ ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count) noexcep
 
 /* ---- teardown and descriptor management -------------------------------------------- */
 
-int close(int fd) noexcept
+namespace {
+// What closing fd does to its socket, before the kernel closes the number: the last
+// number of a connection closes it (its close line), another moves it to a number left.
+void forget_socket(int fd) noexcept
 {
     SocketRef s = fdt::remove(fd);
     if (s && s->drop_fd()) {
         ErrnoGuard g;
-        if (defer_close(fd, *s)) {
-            readiness::on_close(fd);
-            log::on_fd_closed(fd);
-            return RS_REAL(close)(fd);
-        }
+        if (defer_close(fd, *s))
+            return;
         CloseInfo ci = capture(fd, *s);
         offload::on_close(fd, *s);
         log_close(fd, *s, ci);
@@ -746,9 +747,52 @@ int close(int fd) noexcept
         ErrnoGuard g;
         move_conn_fd(fd, *s);
     }
+}
+
+// Every number in [first, last] closed at once: each socket there as close() closes it.
+void forget_range(unsigned first, unsigned last) noexcept
+{
+    ErrnoGuard g;
+    std::vector<int> fds;
+    try {
+        fdt::for_each([&fds, first, last](int fd, const SocketRef &) {
+            if (static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last)
+                fds.push_back(fd);
+        });
+    } catch (...) {  // out of memory: the sockets left are dropped when their numbers are reused
+    }
+    for (int fd : fds)
+        forget_socket(fd);
+    readiness::on_close_range(first, last);
+    log::on_fds_closed(first, last);
+}
+}  // namespace
+
+int close(int fd) noexcept
+{
+    forget_socket(fd);
     readiness::on_close(fd);
     log::on_fd_closed(fd);
     return RS_REAL(close)(fd);
+}
+
+// close_range() and closefrom() close numbers the program may reuse at once: a number
+// still mapped to a closed connection would send a file's bytes to the peer.  (With
+// CLOSE_RANGE_CLOEXEC nothing is closed; CLOSE_RANGE_UNSHARE closes in a copy of the
+// table, which is this process's from then on.)
+int close_range(unsigned int first, unsigned int last, int flags) noexcept
+{
+    if (first <= last && !(flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC)) &&
+        !(flags & CLOSE_RANGE_CLOEXEC))
+        forget_range(first, last);
+    return RS_REAL(close_range)(first, last, flags);
+}
+
+void closefrom(int lowfd) noexcept
+{
+    if (lowfd >= 0)
+        forget_range(static_cast<unsigned>(lowfd), ~0U);
+    RS_REAL(closefrom)(lowfd);
 }
 
 int shutdown(int fd, int how) noexcept

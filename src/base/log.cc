@@ -69,13 +69,14 @@ void write(int level, const char *fmt, ...) noexcept
     errno = saved;
 }
 
-void on_fd_closed(int fd) noexcept
+void on_fd_closed(int fd) noexcept { on_fds_closed(static_cast<unsigned>(fd), static_cast<unsigned>(fd)); }
+
+void on_fds_closed(unsigned first, unsigned last) noexcept
 {
-    if (fd != STDERR_FILENO) {
-        int expected = fd;
+    int fd = g_fd.load(std::memory_order_relaxed);
+    if (fd != STDERR_FILENO && fd >= 0 && static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last)
         // Our log file was closed behind our back: fall back to standard error.
-        g_fd.compare_exchange_strong(expected, STDERR_FILENO, std::memory_order_relaxed);
-    }
+        g_fd.compare_exchange_strong(fd, STDERR_FILENO, std::memory_order_relaxed);
 }
 
 void after_fork_child() noexcept {}

@@ -45,6 +45,8 @@ void write(int level, const char *fmt, ...) noexcept __attribute__((format(print
 
 // The application closed (or dup2'd over) fd: if it was our log file, forget it.
 void on_fd_closed(int fd) noexcept;
+// The same for every number in [first, last] (close_range, closefrom).
+void on_fds_closed(unsigned first, unsigned last) noexcept;
 
 // After fork, in the child (the prefix carries the pid).
 void after_fork_child() noexcept;

@@ -1,6 +1,7 @@
 #include "engine/readiness.hh"
 
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -605,25 +606,30 @@ void on_decided_tcp(int fd) noexcept
         kv.second.regs.erase(fd);
 }
 
-void on_close(int fd) noexcept
+void on_close(int fd) noexcept { on_close_range(static_cast<unsigned>(fd), static_cast<unsigned>(fd)); }
+
+void on_close_range(unsigned first, unsigned last) noexcept
 {
-    if (g_sets_count.load(std::memory_order_relaxed) == 0)
+    if (g_sets_count.load(std::memory_order_relaxed) == 0 || first > static_cast<unsigned>(INT_MAX))
         return;
+    const int lo = static_cast<int>(first);
+    const int hi = last > static_cast<unsigned>(INT_MAX) ? INT_MAX : static_cast<int>(last);
     std::lock_guard<std::mutex> lk(g_mu);
-    auto own = sets().find(fd);
-    if (own != sets().end()) {  // an epoll fd holding registrations
+    auto &all = sets();
+    // epoll fds holding registrations
+    for (auto own = all.lower_bound(lo); own != all.end() && own->first <= hi;) {
         for (auto &kv : own->second.regs)
             if (kv.second.on_shadows)
                 g_shadow_regs.fetch_sub(1, std::memory_order_relaxed);
-        sets().erase(own);
+        own = all.erase(own);
         g_sets_count.fetch_sub(1, std::memory_order_relaxed);
     }
-    for (auto &kv : sets()) {
-        auto it = kv.second.regs.find(fd);
-        if (it == kv.second.regs.end())
-            continue;
-        del_shadows(kv.first, kv.second, fd, it->second);
-        kv.second.regs.erase(it);
+    for (auto &kv : all) {
+        auto &regs = kv.second.regs;
+        for (auto it = regs.lower_bound(lo); it != regs.end() && it->first <= hi;) {
+            del_shadows(kv.first, kv.second, it->first, it->second);
+            it = regs.erase(it);
+        }
     }
 }
 

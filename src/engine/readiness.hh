@@ -35,5 +35,7 @@ void on_switch_to_rdma(int fd, Conn &c) noexcept;
 void on_decided_tcp(int fd) noexcept;
 // close(fd), for every fd: drop what the readiness layer holds for it.
 void on_close(int fd) noexcept;
+// Every number in [first, last] closed at once (close_range, closefrom).
+void on_close_range(unsigned first, unsigned last) noexcept;
 
 }  // namespace rdmasock::readiness

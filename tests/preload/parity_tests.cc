@@ -113,7 +113,7 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
             o->rdma = 1;
         else
             o->tcp = loopback_conn(1);
-    } else if (key == "timeouts" || key == "halfclose" || key == "dup2-live") {
+    } else if (key == "timeouts" || key == "halfclose" || key == "dup2-live" || key == "close-range") {
         o->rdma = 2;  // two tcp_pair()s
     } else if (key == "refused" || key == "ebadf" || key == "pipe" || key == "udp") {
         // refused connects only (no close line for a connect that failed blocking), no
@@ -1116,6 +1116,28 @@ write via the duplicate = 4
 b reads = 4
 bytes = back
 b reads EOF after the duplicate's close = 0
+)")
+
+// close_range() of a connection's number, then of both numbers of a duplicated one, and
+// a file on the number: the file gets the program's bytes and the peer EOF (RDMA mode:
+// the bytes went to the peer, as issue 17 reproduced).
+PARITY_CASE(close_range_then_number_reused, ({"close-range"}), nullptr,
+R"(a writes = 4
+b reads = 4
+close_range of a's number
+close_range = 0
+a file takes a's number: yes
+write 1000 bytes to the file = 1000
+the file holds 1000 bytes
+b reads EOF = 0
+a writes = 4
+b reads = 4
+close_range of a's two numbers
+close_range = 0
+a file takes a's number: yes
+write 1000 bytes to the file = 1000
+the file holds 1000 bytes
+b reads EOF = 0
 )")
 
 // exit() while a closed connection's reader is still blocked: the connection closes as

@@ -49,6 +49,7 @@
 #include <sys/select.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -1783,6 +1784,48 @@ int sc_dup_reuse(const Args &)
     return 0;
 }
 
+// close_range() closes a connection's number (then both numbers of a duplicated one),
+// and a file takes the number at once: what the program writes there goes to the file,
+// and the peer reads EOF.  (RDMA mode: the library kept the number as the offloaded
+// socket, and the file's bytes went to the peer.)  closefrom() takes the same path in
+// the library; it is not run here because it would also close the library's own
+// descriptors (its log file), which sit above the program's.
+int sc_close_range(const Args &)
+{
+    char buf[1000] = {};
+    for (int round = 0; round < 2; ++round) {
+        Conn p = tcp_pair(AF_INET);
+        int a = p.c, b = p.s;
+        unsigned first = static_cast<unsigned>(a), last = first;
+        if (round == 1) {  // two duplicates, the first number closed
+            a = dup2(p.c, 400);
+            dup2(p.c, 401);
+            close(p.c);
+            first = 400;
+            last = 401;
+        }
+        SHOW("a writes", write(a, "ping", 4));
+        SHOW("b reads", read_n(b, buf, 4));
+        out("close_range of a's %s", round == 0 ? "number" : "two numbers");
+        SHOW("close_range", close_range(first, last, 0));
+        int f = temp_file();
+        int n = f == a ? f : dup2(f, a);
+        if (n != f)
+            close(f);
+        out("a file takes a's number: %s", n == a ? "yes" : "no");
+        memset(buf, 'f', sizeof buf);
+        SHOW("write 1000 bytes to the file", write(n, buf, sizeof buf));
+        struct stat st {};
+        fstat(n, &st);
+        out("the file holds %lld bytes", static_cast<long long>(st.st_size));
+        wait_for(b, POLLIN);
+        SHOW("b reads EOF", read(b, buf, sizeof buf));
+        close(n);
+        close(b);
+    }
+    return 0;
+}
+
 // O_NONBLOCK changed where the library cannot see it (the raw system call, as another
 // process sharing the socket would): a blocking read made before learns nothing, the
 // next read must still follow the flag the kernel holds (busy-poll mode spins before it
@@ -2769,6 +2812,7 @@ const Scenario kScenarios[] = {
     {"dup", sc_dup, ""},
     {"dup2-live", sc_dup2_live, ""},
     {"dup-reuse", sc_dup_reuse, ""},
+    {"close-range", sc_close_range, ""},
     {"nonblock-elsewhere", sc_nonblock_elsewhere, ""},
     {"fork-connect", sc_fork_connect, ""},
     {"exit-deferred", sc_exit_deferred, ""},

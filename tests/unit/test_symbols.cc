@@ -37,7 +37,7 @@ BOOST_AUTO_TEST_CASE(the_list_covers_the_socket_api_and_wait_primitives)
           "fcntl64", "ioctl", "getsockopt", "setsockopt", "getsockname", "getpeername", "poll",
           "ppoll", "select", "pselect", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait",
           "epoll_pwait", "epoll_pwait2", "fork", "vfork", "__read_chk", "__recv_chk",
-          "__recvfrom_chk", "__poll_chk", "__ppoll_chk"})
+          "__recvfrom_chk", "__poll_chk", "__ppoll_chk", "close_range", "closefrom"})
         BOOST_CHECK_MESSAGE(names.count(must), "not interposed: " << must);
 }
 
