@@ -37,7 +37,7 @@ CLEANFILES += tests/offload/empty_preload.so
 # On the host: build, boot the VM once (with the nordma namespace), run every case
 # inside.  Fails on any failure or skip; the last line is "N passed, N failed".
 check-offload: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la librdmasock_engine.la
-	$(top_srcdir)/tests/vm/run --nordma-ns --timeout 600 -- $(SHELL) \
+	$(top_srcdir)/tests/vm/run --nordma-ns --timeout 900 -- $(SHELL) \
 	  $(abs_top_srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/offload_tests
 
 # The same where a device and the nordma namespace already are (inside the VM).

@@ -1401,7 +1401,7 @@ void fallback_probe_adapts()
 void system_start_cost()
 {
     const std::string name = "system/start_cost";
-    const int rounds = 9, per_round = 40;
+    const int rounds = 9, per_round = 30;
     auto spawn_all = [&](const std::string &preload) {
         std::vector<std::string> envs = {"PATH=/usr/bin:/bin"};
         if (!preload.empty())
