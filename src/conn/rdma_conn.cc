@@ -30,15 +30,9 @@ Reason Conn::create_resources(std::shared_ptr<rdma::CmId> id, unsigned ring_log2
     auto ctx = link_.cm_id()->context();
     if (!ctx)
         return Reason::not_rdma_addr;
-    // The reserve kit if there is one (then the progress thread makes the next), else
-    // built here.
     kits::Kit k;
-    if (!kits::take(ctx->get(), ring_log2, k)) {
-        Reason r = kits::build(ctx, ring_log2, Link::cq_entries(), k);
-        if (r != Reason::none)
-            return r;
-    }
-    kits::refill_async(ctx, ring_log2, Link::cq_entries());
+    if (Reason r = kits::obtain(ctx, ring_log2, Link::cq_entries(), k); r != Reason::none)
+        return r;
     ring_.attach(std::move(k.rx), std::move(k.tx));
     return link_.create(k);
 }

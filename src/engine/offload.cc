@@ -458,8 +458,13 @@ void Engine::on_cm_events() noexcept
 {
     for (;;) {
         rdma_cm_event *ev = nullptr;
+        errno = 0;
         if (rdma_get_cm_event(cm_->get(), &ev) != 0)
             return;
+        // Status -1: librdmacm itself failed the step it does on the event (a client's
+        // queue pair moved to RTR and RTS on the server's answer); errno says why.
+        if (ev->status == -1)
+            RS_DEBUG("rdma_cm event %s: librdmacm failed: %s", rdma_event_str(ev->event), strerror(errno));
         handle(ev);
     }
 }

@@ -4,8 +4,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <mutex>
 #include <pthread.h>
@@ -22,7 +25,22 @@ std::mutex g_mu;
 // Leaked on purpose: never destroyed by a static destructor while the library's thread
 // may still run at exit; the process's end frees it.
 std::vector<Kit> *g_reserve = new std::vector<Kit>();
-std::atomic<bool> g_building{false};
+// The background builder: at most one.  g_building and the key it builds for change
+// under g_mu; g_built is signalled when it ends.
+bool g_building = false;
+ibv_context *g_building_ctx = nullptr;
+unsigned g_building_log2 = 0;
+pid_t g_builder_tid = 0;  // 0 until the builder thread has started
+std::condition_variable g_built;
+constexpr int kBuilderNice = 10;  // added to the nice value of the thread that starts it
+
+// The calling thread's nice value (Linux: per thread).
+int own_nice() noexcept
+{
+    errno = 0;
+    int n = getpriority(PRIO_PROCESS, 0);
+    return errno != 0 ? 0 : n;
+}
 }  // namespace
 
 uint8_t *map_ring(size_t size) noexcept
@@ -146,8 +164,15 @@ void refill(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe) n
 
 void refill_async(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe) noexcept
 {
-    if (g_building.exchange(true))
-        return;  // one builder at a time: the next take asks again
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        if (g_building)
+            return;  // one builder at a time: the next obtain asks again
+        g_building = true;
+        g_building_ctx = ctx->get();
+        g_building_log2 = log2;
+        g_builder_tid = 0;
+    }
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -155,23 +180,81 @@ void refill_async(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int 
         std::thread t([ctx, log2, cqe] {
             // Background work: the program's own threads come first (under emulation,
             // registering two rings takes tens of ms of CPU, which a connection that has
-            // just started moving data would otherwise share).
-            setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+            // just started moving data would otherwise share).  Nice 10, not 19: at 19
+            // a builder beside a busy connection got about 1.5% of a CPU and was still
+            // at work a second later, when the next connection wanted its kit.  A
+            // connection that needs this kit before it is done raises it (obtain).
+            const auto tid = static_cast<pid_t>(syscall(SYS_gettid));
+            {
+                std::lock_guard<std::mutex> lk(g_mu);
+                setpriority(PRIO_PROCESS, static_cast<id_t>(tid), std::min(19, own_nice() + kBuilderNice));
+                g_builder_tid = tid;
+            }
             refill(ctx, log2, cqe);
-            g_building.store(false);
+            std::lock_guard<std::mutex> lk(g_mu);
+            g_building = false;
+            g_builder_tid = 0;
+            g_built.notify_all();
         });
         pthread_setname_np(t.native_handle(), "rdmasock-kit");
         t.detach();
     } catch (...) {
-        g_building.store(false);
+        std::lock_guard<std::mutex> lk(g_mu);
+        g_building = false;
     }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
+namespace {
+// Wait for the builder making (ctx, log2), raised to the caller's priority; then take.
+// Raising a thread's priority back takes CAP_SYS_NICE (or RLIMIT_NICE): without it the
+// builder would still be slow, and the kit is built here instead (the builder's then
+// becomes the next reserve).
+bool take_from_builder(ibv_context *ctx, unsigned log2, Kit &out) noexcept
+{
+    std::unique_lock<std::mutex> lk(g_mu);
+    if (!g_building || g_building_ctx != ctx || g_building_log2 != log2 || g_builder_tid == 0)
+        return false;
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(g_builder_tid), own_nice()) != 0)
+        return false;
+    // Bounded: a builder stuck in the driver must not hold a connection's set-up (the
+    // build here that follows then reports what is wrong).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (g_building)
+        if (g_built.wait_until(lk, until) == std::cv_status::timeout)
+            break;
+    lk.unlock();
+    return take(ctx, log2, out);
+}
+}  // namespace
+
+Reason obtain(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe, Kit &out) noexcept
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    auto us = [t0] {
+        return static_cast<long>(
+            std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+    };
+    if (take(ctx->get(), log2, out)) {
+        // (the common case: no line)
+    } else if (take_from_builder(ctx->get(), log2, out)) {
+        RS_DEBUG("connection kit: waited %ld us for the background builder", us());
+    } else {
+        Reason r = build(ctx, log2, cqe, out);
+        RS_DEBUG("connection kit: built for this connection in %ld us", us());
+        if (r != Reason::none)
+            return r;
+    }
+    refill_async(ctx, log2, cqe);
+    return Reason::none;
+}
+
 void after_fork_child() noexcept
 {
-    g_building.store(false);
     new (&g_mu) std::mutex();
+    new (&g_built) std::condition_variable();
+    g_building = false;
+    g_builder_tid = 0;
     // The parent's kits are leaked here (their rings are not even mapped in the child);
     // without memory for a new list there is simply no reserve in this process.
     g_reserve = new (std::nothrow) std::vector<Kit>();

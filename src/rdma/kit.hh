@@ -61,10 +61,16 @@ struct Kit {
 Reason build(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe, Kit &out) noexcept;
 // Take the reserve kit for (ctx, log2) if there is one.
 bool take(ibv_context *ctx, unsigned log2, Kit &out) noexcept;
+// A kit for a connection being set up: the reserve's; else the one the background
+// builder is making for (ctx, log2), which is then raised to normal priority and waited
+// for (under load a builder at low priority can take seconds; a second build here would
+// compete with it); else one built here.  Then a refill is started.  Reason::none,
+// memlock or resource.
+Reason obtain(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe, Kit &out) noexcept;
 // Make sure a reserve kit exists for (ctx, log2): built now, on the calling thread.
 void refill(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe) noexcept;
-// The same on a short-lived thread of its own (signals blocked), so neither the program
-// nor the progress thread waits for it; at most one at a time.
+// The same on a short-lived thread of its own (signals blocked, low priority), so
+// neither the program nor the progress thread waits for it; at most one at a time.
 void refill_async(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe) noexcept;
 // In a fork child: the reserve belongs to the parent; forget it without freeing.
 void after_fork_child() noexcept;
