@@ -1,22 +1,33 @@
 // The extern "C" entry points of the preload shim, generated from symbols.def.  Until the
 // engine is loaded each is a test and a tail call to the real function; from then on a
-// call through the engine's table (preload/entry.hh, preload/engine.cc).
+// call through the engine's table (preload/entry.hh, preload/engine.cc), but for a data
+// call on an fd that is not an offloaded socket: that one the shim passes on itself
+// (base/fd_slots.hh), with no call into the engine.
 #include <cstdarg>
+#include <fcntl.h>
 
+#include "base/fd_slots.hh"
 #include "base/real.hh"
 #include "preload/shim.hh"
 #include "process/signals.hh"
 
 #define RS_EXPORT extern "C" __attribute__((visibility("default")))
 
+// An fd is offloaded only by the engine, so a slot says "offloaded" only once it is loaded.
 #define RS_DATA(ret, name, params, args, fd)                                   \
     RS_EXPORT ret name params noexcept                                         \
     {                                                                          \
-        if (const auto *rs_engine_ = ::rdmasock::shim::engine())                        \
-            return rs_engine_->name args;                                               \
+        if (__builtin_expect(!::rdmasock::fdt::offloaded(fd), 1))              \
+            return RS_REAL(name) args;                                         \
+        return ::rdmasock::shim::engine()->name args;                          \
+    }
+#define RS_HOOK(ret, name, params, args)                                       \
+    RS_EXPORT ret name params noexcept                                         \
+    {                                                                          \
+        if (const auto *rs_engine_ = ::rdmasock::shim::engine())               \
+            return rs_engine_->name args;                                      \
         return RS_REAL(name) args;                                             \
     }
-#define RS_HOOK(ret, name, params, args) RS_DATA(ret, name, params, args, 0)
 #define RS_LOAD(ret, name, params, args)                                       \
     RS_EXPORT ret name params noexcept                                         \
     {                                                                          \
@@ -32,20 +43,23 @@
 
 // The variadic ones: the third argument is an int or a pointer depending on the command;
 // like the C library we pass it on as a pointer-sized value.
-#define RS_VA_FD(ret, name, type)                                              \
+// Only fcntl's dup commands change the fd table: the engine sees them all.
+#define RS_VA_FD(ret, name, type, engine_cmd)                                  \
     RS_EXPORT ret name(int fd, type cmd, ...) noexcept                         \
     {                                                                          \
         va_list ap;                                                            \
         va_start(ap, cmd);                                                     \
         void *arg = va_arg(ap, void *);                                        \
         va_end(ap);                                                            \
-        if (const auto *rs_engine_ = ::rdmasock::shim::engine())                        \
-            return rs_engine_->name(fd, cmd, arg);                                      \
+        if (__builtin_expect(!(engine_cmd) && !::rdmasock::fdt::offloaded(fd), 1)) \
+            return RS_REAL(name)(fd, cmd, arg);                                \
+        if (const auto *rs_engine_ = ::rdmasock::shim::engine())               \
+            return rs_engine_->name(fd, cmd, arg);                             \
         return RS_REAL(name)(fd, cmd, arg);                                    \
     }
-RS_VA_FD(int, fcntl, int)
-RS_VA_FD(int, fcntl64, int)
-RS_VA_FD(int, ioctl, unsigned long)
+RS_VA_FD(int, fcntl, int, cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+RS_VA_FD(int, fcntl64, int, cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+RS_VA_FD(int, ioctl, unsigned long, false)
 #undef RS_VA_FD
 
 // The RS_SHIM symbols.  Signal handlers are wrapped from the start, engine or not

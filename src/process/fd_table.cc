@@ -4,8 +4,6 @@
 
 namespace rdmasock::fdt {
 
-std::atomic<Slot *> g_top[kTopSize];
-
 namespace {
 
 // Chunks are mmap'd (async-signal-safe, no malloc) and never freed, so a racing
@@ -41,8 +39,8 @@ SocketRef install(int fd, const SocketRef &s, bool *ok) noexcept
     Socket *p = s.get();
     if (p)
         p->acquire();
-    Socket *old = chunk[u & (kChunkSize - 1)].exchange(p, std::memory_order_acq_rel);
-    return SocketRef::adopt(old);
+    Entry *old = chunk[u & (kChunkSize - 1)].exchange(p, std::memory_order_acq_rel);
+    return SocketRef::adopt(static_cast<Socket *>(old));
 }
 
 SocketRef remove(int fd) noexcept
@@ -53,8 +51,8 @@ SocketRef remove(int fd) noexcept
     Slot *chunk = chunk_for(u, false);
     if (chunk == nullptr)
         return {};
-    Socket *old = chunk[u & (kChunkSize - 1)].exchange(nullptr, std::memory_order_acq_rel);
-    return SocketRef::adopt(old);
+    Entry *old = chunk[u & (kChunkSize - 1)].exchange(nullptr, std::memory_order_acq_rel);
+    return SocketRef::adopt(static_cast<Socket *>(old));
 }
 
 unsigned count() noexcept

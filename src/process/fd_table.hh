@@ -1,4 +1,4 @@
-// The fd table: kernel fd -> socket object.
+// The fd table: kernel fd -> socket object (its slots: base/fd_slots.hh).
 //
 // Reads are lock-free and O(1): a two-level array of atomic pointers.  Socket objects
 // live in type-stable memory (see socket_pool.hh): a block is never returned to the
@@ -10,41 +10,17 @@
 #include <atomic>
 #include <cstdint>
 
+#include "base/fd_slots.hh"
 #include "process/socket.hh"
 
 namespace rdmasock::fdt {
 
-constexpr unsigned kChunkBits = 10;
-constexpr unsigned kChunkSize = 1u << kChunkBits;
-constexpr unsigned kTopSize = 1u << 14;
-constexpr unsigned kMaxFd = kChunkSize * kTopSize;  // fds >= this are never tracked
-
-using Slot = std::atomic<Socket *>;
-extern std::atomic<Slot *> g_top[kTopSize];
-
-// fd's slot, or null when no slot was ever made for it.
-inline Slot *slot_of(int fd) noexcept
-{
-    unsigned u = static_cast<unsigned>(fd);
-    if (__builtin_expect(u >= kMaxFd, 0))
-        return nullptr;
-    Slot *chunk = g_top[u >> kChunkBits].load(std::memory_order_acquire);
-    return chunk == nullptr ? nullptr : &chunk[u & (kChunkSize - 1)];
-}
-
 // The object in fd's slot, without taking a reference (may be stale; never null
-// memory).  The pass-through fast path uses only this.
+// memory).
 inline Socket *peek(int fd) noexcept
 {
     Slot *slot = slot_of(fd);
-    return slot == nullptr ? nullptr : slot->load(std::memory_order_acquire);
-}
-
-// True when fd is an offloaded socket: the only question the data-path wrappers ask.
-inline bool offloaded(int fd) noexcept
-{
-    Socket *s = peek(fd);
-    return s != nullptr && __builtin_expect(s->offloaded(), 0);
+    return slot == nullptr ? nullptr : static_cast<Socket *>(slot->load(std::memory_order_acquire));
 }
 
 // A counted reference to fd's socket, or null.  (Inline: every call of the program on
@@ -56,7 +32,7 @@ inline SocketRef get(int fd) noexcept
         return {};
     Slot &slot = *slot_p;
     for (;;) {
-        Socket *s = slot.load(std::memory_order_acquire);
+        auto *s = static_cast<Socket *>(slot.load(std::memory_order_acquire));
         if (s == nullptr)
             return {};
         if (!s->try_acquire())

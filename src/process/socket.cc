@@ -125,7 +125,7 @@ SocketRef Socket::create(int domain, int type) noexcept
     s->rule_tcp = false;
     s->id = g_next_id.fetch_add(1, std::memory_order_relaxed);
     s->fds_.store(0, std::memory_order_relaxed);
-    s->offloaded_.store(false, std::memory_order_relaxed);
+    s->clear_offloaded();
     s->refs_.store(1, std::memory_order_release);
     return SocketRef::adopt(s);
 }
@@ -142,7 +142,7 @@ void Socket::recycle() noexcept
     else
         listener.reset();
     registry.reset();  // (this process's view of the shared table)
-    offloaded_.store(false, std::memory_order_relaxed);
+    clear_offloaded();
     calls.store(0, std::memory_order_relaxed);
     deferred_fd = -1;
     closed_fd = -1;

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 #include <sys/socket.h>
 
+#include "base/fd_slots.hh"
 #include "base/reason.hh"
 #include "process/registry.hh"
 
@@ -25,7 +26,7 @@ class SocketRef;
 enum class Role : uint8_t { none, client, server, listener };
 const char *role_name(Role r) noexcept;
 
-class Socket {
+class Socket : public fdt::Entry {
 public:
     // A fresh socket object with one reference (held by the returned SocketRef).
     // Null only when memory for a new chunk could not be mapped.
@@ -46,9 +47,6 @@ public:
             recycle();
     }
     uint32_t refs() const noexcept { return refs_.load(std::memory_order_relaxed); }
-
-    bool offloaded() const noexcept { return offloaded_.load(std::memory_order_relaxed); }
-    void set_offloaded(bool on) noexcept { offloaded_.store(on, std::memory_order_release); }
 
     // fds that refer to this object (dup/dup2/F_DUPFD add, close removes).
     void add_fd() noexcept { fds_.fetch_add(1, std::memory_order_relaxed); }
@@ -89,7 +87,6 @@ private:
 
     std::atomic<uint32_t> refs_{0};
     std::atomic<int> fds_{0};
-    std::atomic<bool> offloaded_{false};
     uint32_t index_ = 0;
     std::atomic<uint32_t> next_free_{0};
 };
