@@ -38,12 +38,15 @@ void Conn::take_imm_locked(uint32_t imm) noexcept
     const RingPath::Found f = ring_.take_imm(imm);
     switch (f.kind) {
     case Kind::data:
-        if (sh_.has_users())
-            sh_.edge();  // a new arrival: edge-triggered waiters see an edge
-        break;
-    case Kind::credit:
     case Kind::fin:
     case Kind::reset:
+        // A new arrival (the peer's bytes, its end of the stream or its reset): as the
+        // kernel does for a TCP socket, edge-triggered waiters see an edge even when the
+        // socket was readable already.
+        if (sh_.has_users())
+            sh_.edge();
+        break;
+    case Kind::credit:
         break;
     case Kind::prefix:
         if (side_ != Side::client || !sw_.accept_prefix(f.value)) {
@@ -157,6 +160,11 @@ void Conn::on_tcp_event(unsigned events) noexcept
     if ((events & POLLOUT) && sw_.confirm_pending())
         push_confirm_locked();  // the TCP socket drained: the rest of the CONFIRM
     if (side_ == Side::server && p == Phase::verifying && (events & (POLLIN | POLLRDHUP | POLLHUP))) {
+        // A client that closes right after its switch: its TCP FIN comes with the
+        // CONFIRM, and this edge is the only one.  Once switched, the peer's liveness
+        // counts from it (try_confirm_locked starts the grace period).
+        if (events & (POLLRDHUP | POLLHUP | POLLERR))
+            tcp_.eof = true;
         poll_cq_locked();
         try_confirm_locked();  // switch even if the program never reads (nothing before it)
         return;

@@ -222,6 +222,8 @@ int Conn::try_confirm_locked() noexcept
         return 1;
     }
     enter_rdma_locked(Switchover::Event::server_switch, socket_rcvlowat(tcp_fd_));
+    if (tcp_.eof)
+        start_grace_locked();  // the client's TCP FIN came before the switch
     if (sw_.tcp_shut_rd())
         ring_.st.shut_rd = true;
     if (sw_.tcp_shut_wr()) {
