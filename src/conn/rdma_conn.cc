@@ -82,9 +82,20 @@ void Conn::before_fork() noexcept
 bool Conn::continue_on(int keep) noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
-    // Only on RDMA: from there on no path reads or writes through the program's number
-    // (the server's bytes from before its switch are read through tcp_fd_).
-    if (closed_ || sw_.phase() != Phase::rdma || ring_.st.broken() || ring_.st.peer_closed || tcp_.urgent)
+    if (closed_)
+        return false;
+    if (sw_.phase() == Phase::maybe) {
+        // Before the switch (the default mode's first moments): the calls still blocked
+        // go on over TCP, on the library's duplicate, as the kernel's go on with the
+        // socket they hold; nothing switches after the program's close.  (They would
+        // otherwise wake on a closed number, or on the file that reused it.)
+        decide_tcp_locked(Reason::closed_early);
+        tcp_fd_ = keep;
+        return true;
+    }
+    // On RDMA: from there on no path reads or writes through the program's number (the
+    // server's bytes from before its switch are read through tcp_fd_).
+    if (sw_.phase() != Phase::rdma || ring_.st.broken() || ring_.st.peer_closed || tcp_.urgent)
         return false;
     tcp_fd_ = keep;
     return true;

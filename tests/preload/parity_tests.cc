@@ -29,6 +29,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -57,6 +58,23 @@ const std::string kAddr = testcommon::env_or("TEST_PARITY_ADDR", "");
 const std::string kAddr6 = testcommon::env_or("TEST_PARITY_ADDR6", "");
 
 bool rdma_mode() { return !kAddr.empty(); }
+// RDMA mode in the library's default (asynchronous) mode: TEST_PARITY_CONNECT_WAIT=0
+// (make check-parity-rdma-async).  connect() returns at once and a connection switches
+// in the background, so most scenarios end before their connections switch: which
+// transport a close line shows is timing, and only its consistency is checked (the
+// transcripts, as in every mode, must be the kernel's).
+bool async_mode() { return rdma_mode() && testcommon::env_or("TEST_PARITY_CONNECT_WAIT", "") == "0"; }
+unsigned g_async_rdma_lines = 0;  // close lines on RDMA in async mode (reported)
+struct AsyncReport {
+    ~AsyncReport()
+    {
+        if (async_mode())
+            printf("parity rdma, default mode: %u close lines on RDMA (the other connections ended before "
+                   "their switch)\n",
+                   g_async_rdma_lines);
+    }
+};
+BOOST_TEST_GLOBAL_FIXTURE(AsyncReport);
 
 // Known library bugs that make a case differ when offloaded (see each case): that many
 // failing assertions are expected in RDMA mode only; without it, none.
@@ -332,14 +350,32 @@ Runs parity(const std::vector<std::string> &args, const std::string &expected)
         BOOST_CHECK_MESSAGE(seen.insert(key).second, "one process logged a connection twice: " << key);
     }
     BOOST_TEST_MESSAGE(args[0] << ": " << r.lc.closes.size() << " close lines logged");
-    if (rdma_mode())
+    if (async_mode()) {
+        for (auto &f : r.lc.closes) {
+            const bool tcp = f.at("transport") == "tcp";
+            BOOST_CHECK_MESSAGE(tcp || f.at("transport") == "rdma", "transport " << f.at("transport"));
+            BOOST_CHECK_MESSAGE(tcp == (f.count("reason") && !f.at("reason").empty()),
+                                "a close line's reason does not match its transport\n" << r.log);
+            g_async_rdma_lines += tcp ? 0 : 1;
+        }
+        BOOST_TEST_MESSAGE(args[0] << ": default mode, close lines on RDMA so far: " << g_async_rdma_lines);
+    } else if (rdma_mode()) {
         check_offload(args, r.lc, r.log);
+    }
     return r;
 }
 
 // The transport the close lines of a scenario whose connections are all offloadable
 // must show: rdma in RDMA mode, tcp (not_rdma_addr on loopback) otherwise.
 std::string want_transport(const Runs &r) { return offloadable(r.args) ? "rdma" : "tcp"; }
+
+// A close line's transport is want_transport(), but in async mode (timing), where only
+// its consistency with the reason is checked (run_scenario).
+void check_transport(const Runs &r, const Fields &f)
+{
+    if (!async_mode())
+        BOOST_CHECK_EQUAL(f.at("transport"), want_transport(r));
+}
 
 std::vector<Fields> with_role(const Runs &r, const std::string &role)
 {
@@ -359,7 +395,7 @@ void check_stream_log(const Runs &r)
         auto v = with_role(r, role);
         BOOST_CHECK_EQUAL(v.size(), 1u);
         for (auto &f : v) {
-            BOOST_CHECK_EQUAL(f.at("transport"), want_transport(r));
+            check_transport(r, f);
             BOOST_CHECK_EQUAL(f.at("bytes_sent"), "8388608");
         }
     }
@@ -421,8 +457,8 @@ void check_close_lines(const Runs &r, const std::map<std::string, std::pair<std:
             BOOST_CHECK_EQUAL(f.at("fd"), seen[role][0]);
             BOOST_CHECK_EQUAL(f.at("local"), seen[role][1]);
             BOOST_CHECK_EQUAL(f.at("peer"), seen[role][2]);
-            BOOST_CHECK_EQUAL(f.at("transport"), want_transport(r));
-            BOOST_CHECK_EQUAL(f.count("reason") && !f.at("reason").empty(), want_transport(r) == "tcp");
+            check_transport(r, f);
+            BOOST_CHECK_EQUAL(f.count("reason") && !f.at("reason").empty(), f.at("transport") == "tcp");
             BOOST_CHECK_EQUAL(f.at("bytes_sent"), bytes.at(role).first);
             BOOST_CHECK_EQUAL(f.at("bytes_received"), bytes.at(role).second);
         }
@@ -1179,7 +1215,7 @@ void check_exit_open_log(const Runs &r)
     BOOST_REQUIRE_EQUAL(c.size(), 1u);
     BOOST_CHECK_NE(s[0].at("pid"), c[0].at("pid"));
     BOOST_CHECK_EQUAL(s[0].at("bytes_sent"), "100000");
-    BOOST_CHECK_EQUAL(s[0].at("transport"), want_transport(r));
+    check_transport(r, s[0]);
     BOOST_CHECK_EQUAL(c[0].at("bytes_received"), "100000");
 }
 
