@@ -13,13 +13,16 @@
 
 #define RS_EXPORT extern "C" __attribute__((visibility("default")))
 
-// An fd is offloaded only by the engine, so a slot says "offloaded" only once it is loaded.
+// An fd is offloaded only by the engine, so a slot says "offloaded" only once it is
+// loaded (the table is still tested: the slot's flag is read relaxed).
 #define RS_DATA(ret, name, params, args, fd)                                   \
     RS_EXPORT ret name params noexcept                                         \
     {                                                                          \
         if (__builtin_expect(!::rdmasock::fdt::offloaded(fd), 1))              \
             return RS_REAL(name) args;                                         \
-        return ::rdmasock::shim::engine()->name args;                          \
+        if (const auto *rs_engine_ = ::rdmasock::shim::engine())               \
+            return rs_engine_->name args;                                      \
+        return RS_REAL(name) args;                                             \
     }
 #define RS_HOOK(ret, name, params, args)                                       \
     RS_EXPORT ret name params noexcept                                         \

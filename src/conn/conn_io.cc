@@ -127,7 +127,7 @@ ssize_t Conn::presw_recv_locked(msghdr *msg, size_t done, size_t total, uint64_t
     return r;
 }
 
-ssize_t Conn::recv_presw_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, int flags, size_t total,
+ssize_t Conn::recv_presw_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr *msg, int flags, size_t total,
                                 size_t &done, Deadline &dl) noexcept
 {
     const bool waitall = (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
@@ -139,7 +139,7 @@ ssize_t Conn::recv_presw_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, i
         return kLookAgain;
     }
     if (flags & MSG_OOB) {  // the urgent byte is not part of the counted stream
-        const int kfd = tcp_fd_;
+        const int kfd = call_fd_locked(fd);
         lk.unlock();
         ssize_t r = RS_REAL(recvmsg)(kfd, msg, flags);
         return r < 0 ? -errno : r;
@@ -242,7 +242,7 @@ ssize_t Conn::recv_prefix_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, 
     return kLookAgain;
 }
 
-ssize_t Conn::recvmsg(int /* the program's number: tcp_fd_ is used */, msghdr *msg, int flags) noexcept
+ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
 {
     sig::clear_last();  // a handler that runs from here on interrupts the call's waits
     std::unique_lock<std::mutex> lk(mu_);
@@ -261,9 +261,9 @@ ssize_t Conn::recvmsg(int /* the program's number: tcp_fd_ is used */, msghdr *m
     for (;;) {
         const Phase p = sw_.phase();
         if (p == Phase::tcp || (p == Phase::rdma && (flags & MSG_OOB))) {
-            // Plain TCP, or urgent data (on the TCP socket).  Through the connection's
-            // number: the program's may have been closed while this call waited.
-            const int kfd = tcp_fd_;
+            // Plain TCP, or urgent data (on the TCP socket).  (After a close handed the
+            // connection to this call: through the library's duplicate.)
+            const int kfd = call_fd_locked(fd);
             lk.unlock();
             if (done == 0) {
                 ssize_t r = RS_REAL(recvmsg)(kfd, msg, flags);
@@ -275,7 +275,7 @@ ssize_t Conn::recvmsg(int /* the program's number: tcp_fd_ is used */, msghdr *m
             return static_cast<ssize_t>(done) + (r > 0 ? r : 0);
         }
         if (p != Phase::rdma) {  // before the switch: the TCP socket, counted
-            const ssize_t r = recv_presw_locked(lk, msg, flags, total, done, dl);
+            const ssize_t r = recv_presw_locked(lk, fd, msg, flags, total, done, dl);
             if (r == kLookAgain)
                 continue;
             return r;
@@ -335,7 +335,7 @@ ssize_t Conn::recvmsg(int /* the program's number: tcp_fd_ is used */, msghdr *m
 
 /* ---- send ------------------------------------------------------------------------------- */
 
-ssize_t Conn::send_presw_locked(std::unique_lock<std::mutex> &lk, const msghdr *msg, int flags,
+ssize_t Conn::send_presw_locked(std::unique_lock<std::mutex> &lk, int fd, const msghdr *msg, int flags,
                                 Deadline &dl) noexcept
 {
     if ((flags & MSG_OOB) && sw_.phase() == Phase::maybe) {
@@ -352,7 +352,7 @@ ssize_t Conn::send_presw_locked(std::unique_lock<std::mutex> &lk, const msghdr *
         lk.lock();
         return kLookAgain;
     }
-    ssize_t r = RS_REAL(sendmsg)(tcp_fd_, msg, flags | MSG_DONTWAIT);
+    ssize_t r = RS_REAL(sendmsg)(call_fd_locked(fd), msg, flags | MSG_DONTWAIT);
     if (r >= 0) {
         // The urgent byte is not in the peer's in-band stream (one per send;
         // SO_OOBINLINE is not supported).
@@ -389,13 +389,13 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
     for (;;) {
         const Phase p = sw_.phase();
         if (p == Phase::tcp) {
-            const int kfd = tcp_fd_;  // (as in recvmsg)
+            const int kfd = call_fd_locked(fd);  // (as in recvmsg)
             lk.unlock();
             ssize_t r = RS_REAL(sendmsg)(kfd, msg, flags);
             return r < 0 ? -errno : r;
         }
         if (p != Phase::rdma) {  // before the switch: TCP, counted
-            const ssize_t r = send_presw_locked(lk, msg, flags, dl);
+            const ssize_t r = send_presw_locked(lk, fd, msg, flags, dl);
             if (r == kLookAgain)
                 continue;
             return r;
@@ -404,15 +404,17 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
         if ((flags & MSG_OOB) && total > 0 && done == 0 && !st.broken() && !st.shut_wr && !st.peer_closed) {
             // Urgent data goes on the TCP socket (the peer's kernel shows POLLPRI and
             // keeps it for recv(MSG_OOB)); the bytes before the last are ordinary data.
+            const int kfd = call_fd_locked(fd);
             lk.unlock();
-            return send_urgent(fd, msg, total, flags);
+            return send_urgent(kfd, msg, total, flags);
         }
         // (Also in a fork child, whose copy is otherwise dead: the TCP socket is shared.)
         if (st.peer_closed && (link_.dead() || !st.broken()) && !st.shut_wr && done == 0) {
             // The peer closed: as with the kernel's TCP, the bytes go to a socket nobody
             // reads, and its kernel answers with an RST (then EPIPE and SIGPIPE here).
+            const int kfd = call_fd_locked(fd);
             lk.unlock();
-            ssize_t r = RS_REAL(sendmsg)(fd, msg, flags);
+            ssize_t r = RS_REAL(sendmsg)(kfd, msg, flags);
             int e = errno;
             lk.lock();
             if (r > 0)

@@ -89,8 +89,13 @@ bool Conn::continue_on(int keep) noexcept
         // go on over TCP, on the library's duplicate, as the kernel's go on with the
         // socket they hold; nothing switches after the program's close.  (They would
         // otherwise wake on a closed number, or on the file that reused it.)
-        decide_tcp_locked(Reason::closed_early);
+        // (The reason a close would have logged: a server's undecided one.)
+        Reason why = Reason::closed_early;
+        if (side_ == Side::server)
+            why = sw_.interested() && (sw_.tcp_read() > 0 || sw_.tcp_sent() > 0) ? undecided_reason() : Reason::pending;
+        decide_tcp_locked(why);
         tcp_fd_ = keep;
+        handed_off_ = true;
         return true;
     }
     // On RDMA: from there on no path reads or writes through the program's number (the
@@ -98,6 +103,7 @@ bool Conn::continue_on(int keep) noexcept
     if (sw_.phase() != Phase::rdma || ring_.st.broken() || ring_.st.peer_closed || tcp_.urgent)
         return false;
     tcp_fd_ = keep;
+    handed_off_ = true;
     return true;
 }
 

@@ -271,7 +271,7 @@ private:
     // --- calls (conn_io.cc) ---
     // Before the switch: recvmsg from the TCP socket, counted and gated.  Returns the
     // call's result, or kLookAgain.
-    ssize_t recv_presw_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, int flags, size_t total,
+    ssize_t recv_presw_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr *msg, int flags, size_t total,
                               size_t &done, Deadline &dl) noexcept;
     // Client, on RDMA: the server's bytes from before its switch, on the TCP socket, come
     // first.  Returns the call's result, or kLookAgain, or kNotHere (they are all read).
@@ -283,7 +283,7 @@ private:
     ssize_t presw_recv_locked(msghdr *msg, size_t done, size_t total, uint64_t limit, int flags) noexcept;
     // Before the switch: sendmsg on the TCP socket, counted.  The call's result, or
     // kLookAgain.
-    ssize_t send_presw_locked(std::unique_lock<std::mutex> &lk, const msghdr *msg, int flags,
+    ssize_t send_presw_locked(std::unique_lock<std::mutex> &lk, int fd, const msghdr *msg, int flags,
                               Deadline &dl) noexcept;
     static constexpr ssize_t kLookAgain = std::numeric_limits<ssize_t>::min();
     static constexpr ssize_t kNotHere = std::numeric_limits<ssize_t>::min() + 1;
@@ -305,6 +305,11 @@ private:
     const Side side_;
     Upcalls &up_;
     int tcp_fd_;  // the program's number; continue_on() may move it to the library's duplicate
+    bool handed_off_ = false;  // continue_on() did: the program's number is closed
+    // The number a call of the program uses on the TCP socket: its own (a duplicate the
+    // library does not track may be in use, and tcp_fd_ may move under it), but the
+    // library's duplicate once the program closed its numbers (continue_on).
+    int call_fd_locked(int fd) const noexcept { return handed_off_ ? tcp_fd_ : fd; }
     Socket *sock_ = nullptr;
     std::atomic<bool> forked_unused_{false};  // after_fork_parent() before any use here
     std::atomic<bool> parent_copy_{false};    // after_fork_child() of a connection with RDMA bound

@@ -1044,18 +1044,29 @@ void on_close(int fd, Socket &s) noexcept
     if (s.transport == nullptr)
         return;
     auto *c = Conn::of(s.transport);
-    if (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe && g_engine != nullptr) {
+    if (c->side() == Conn::Side::client && g_engine != nullptr) {
         // Closed while negotiating: all its bytes went over TCP.  The negotiation runs on
         // (without the socket) only to learn, for the cache, whether the peer has
-        // rdmasock: short connections must not each pay a probe.
-        c->client_failed(Reason::closed_early);
-        sockaddr_storage pa{};
-        socklen_t pl = sizeof pa;
-        const bool tcp_ok = RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&pa), &pl) == 0;
-        std::lock_guard<std::mutex> lk(g_engine->mu);
-        if (auto it = g_engine->clients.find(c); it != g_engine->clients.end()) {
-            it->second.orphaned = true;
-            it->second.tcp_ok = tcp_ok;
+        // rdmasock: short connections must not each pay a probe.  (Also a connection a
+        // close handed to calls still blocked, decided for TCP then: its negotiation may
+        // still run, and must not touch the number, the library's duplicate, either.)
+        const bool negotiating = c->phase() == Conn::Phase::maybe;
+        if (negotiating)
+            c->client_failed(Reason::closed_early);
+        bool in_clients = negotiating;
+        if (!negotiating) {
+            std::lock_guard<std::mutex> lk(g_engine->mu);
+            in_clients = g_engine->clients.count(c) != 0;
+        }
+        if (in_clients) {
+            sockaddr_storage pa{};
+            socklen_t pl = sizeof pa;
+            const bool tcp_ok = RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&pa), &pl) == 0;
+            std::lock_guard<std::mutex> lk(g_engine->mu);
+            if (auto it = g_engine->clients.find(c); it != g_engine->clients.end()) {
+                it->second.orphaned = true;
+                it->second.tcp_ok = tcp_ok;
+            }
         }
     }
     // A server socket in verifying switches first (close_connection takes the CONFIRM).
