@@ -13,6 +13,12 @@
 
 #define RS_EXPORT extern "C" __attribute__((visibility("default")))
 
+// The engine's entry if it is loaded, else the real function.
+#define RS_ENGINE_OR_REAL(name, args)                                          \
+    if (const auto *rs_engine_ = ::rdmasock::shim::engine())                   \
+        return rs_engine_->name args;                                          \
+    return RS_REAL(name) args
+
 // An fd is offloaded only by the engine, so a slot says "offloaded" only once it is
 // loaded (the table is still tested: the slot's flag is read relaxed).
 #define RS_DATA(ret, name, params, args, fd)                                   \
@@ -20,16 +26,12 @@
     {                                                                          \
         if (__builtin_expect(!::rdmasock::fdt::offloaded(fd), 1))              \
             return RS_REAL(name) args;                                         \
-        if (const auto *rs_engine_ = ::rdmasock::shim::engine())               \
-            return rs_engine_->name args;                                      \
-        return RS_REAL(name) args;                                             \
+        RS_ENGINE_OR_REAL(name, args);                                         \
     }
 #define RS_HOOK(ret, name, params, args)                                       \
     RS_EXPORT ret name params noexcept                                         \
     {                                                                          \
-        if (const auto *rs_engine_ = ::rdmasock::shim::engine())               \
-            return rs_engine_->name args;                                      \
-        return RS_REAL(name) args;                                             \
+        RS_ENGINE_OR_REAL(name, args);                                         \
     }
 #define RS_LOAD(ret, name, params, args)                                       \
     RS_EXPORT ret name params noexcept                                         \
@@ -56,9 +58,7 @@
         va_end(ap);                                                            \
         if (__builtin_expect(!(engine_cmd) && !::rdmasock::fdt::offloaded(fd), 1)) \
             return RS_REAL(name)(fd, cmd, arg);                                \
-        if (const auto *rs_engine_ = ::rdmasock::shim::engine())               \
-            return rs_engine_->name(fd, cmd, arg);                             \
-        return RS_REAL(name)(fd, cmd, arg);                                    \
+        RS_ENGINE_OR_REAL(name, (fd, cmd, arg));                               \
     }
 RS_VA_FD(int, fcntl, int, cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
 RS_VA_FD(int, fcntl64, int, cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
