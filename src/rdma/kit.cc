@@ -219,7 +219,7 @@ bool take_from_builder(ibv_context *ctx, unsigned log2, Kit &out) noexcept
         return false;
     // Bounded: a server's set-up waits here under the engine's lock, and a builder stuck
     // in the driver must not hold it (the build here that follows then reports what is
-    // wrong).  Under load in the VM the wait took 18 ms where a build takes 120-250 ms.
+    // wrong).  Under load in the VM the wait took 18 ms where a build took 115-246 ms.
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
     while (g_building)
         if (g_built.wait_until(lk, until) == std::cv_status::timeout)
