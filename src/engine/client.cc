@@ -296,6 +296,7 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
     }
     std::shared_ptr<Conn> conn;
     if (r == Reason::none) {
+        e->prepare();  // (here, in the program's connect(), not on the progress thread)
         try {
             conn = std::make_shared<Conn>(Conn::Side::client, fd, upcalls());
         } catch (...) {

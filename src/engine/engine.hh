@@ -103,6 +103,10 @@ public:
     bool start() noexcept;
     bool running() const noexcept { return started_; }
     std::shared_ptr<rdma::CmChannel> channel() const noexcept { return cm_; }
+    // On the program's thread, in a call that sets up a connection: make the
+    // descriptors its set-up will need later on the progress thread (completion
+    // channels, kits::prepare_channels).
+    void prepare() noexcept;
 
     std::mutex mu;  // guards everything below
     std::map<Conn *, std::shared_ptr<Conn>> conns;   // live connections with an id
@@ -189,6 +193,7 @@ private:
     int ep_ = -1;
     int cmd_efd_ = -1;
     std::shared_ptr<rdma::CmChannel> cm_;
+    std::vector<std::shared_ptr<rdma::Context>> devices_;  // librdmacm's, pinned for the engine's life
 };
 
 // The queue pair's local ACK timeout: 4.096 us * 2^18 ~ 1 s per try, 7 tries.  Under a

@@ -139,6 +139,12 @@ void Engine::watch_holder(pid_t p) noexcept
     holder_fds_[p] = fd;
 }
 
+void Engine::prepare() noexcept
+{
+    for (const auto &d : devices_)
+        kits::prepare_channels(d);
+}
+
 void Engine::close_inherited() noexcept
 {
     RS_REAL(close)(ep_);
@@ -163,19 +169,34 @@ bool Engine::start() noexcept
     if (ep_ < 0 || cmd_efd_ < 0)
         return false;
     // The devices librdmacm opened (two descriptors each): no thread of ours uses them
-    // yet, so they can move to high numbers too.
-    int ndev = 0;
-    if (ibv_context **devs = rdma_get_devices(&ndev)) {
-        for (int i = 0; i < ndev; ++i) {
-            devs[i]->cmd_fd = util::move_high(devs[i]->cmd_fd);
-            devs[i]->async_fd = util::move_high(devs[i]->async_fd);
-            if (!rdma::dl::program_has_it()) {  // (else they are the program's too)
-                rdma::dl::own_fd(devs[i]->cmd_fd);
-                rdma::dl::own_fd(devs[i]->async_fd);
-            }
+    // yet, so they can move to high numbers too.  Held (pinned) for the engine's life:
+    // the progress thread then never lists the devices again (a netlink socket).
+    devices_ = rdma::Context::borrow_all();
+    for (const auto &d : devices_) {
+        ibv_context *c = d->get();
+        c->cmd_fd = util::move_high(c->cmd_fd);
+        c->async_fd = util::move_high(c->async_fd);
+        if (!rdma::dl::program_has_it()) {  // (else they are the program's too)
+            rdma::dl::own_fd(c->cmd_fd);
+            rdma::dl::own_fd(c->async_fd);
         }
-        rdma_free_devices(devs);
     }
+    // librdmacm opens (and closes) a descriptor or two the first time it resolves a
+    // route (its ibacm client, rdma_getaddrinfo): that first time is here, not on the
+    // progress thread, where the descriptor would hold the lowest free number for a
+    // moment, the number the program's next socket or file is due to get.
+    rdma_addrinfo hints{}, *res = nullptr;
+    sockaddr_in lo{};
+    lo.sin_family = AF_INET;
+    lo.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    hints.ai_flags = RAI_NOROUTE | RAI_NUMERICHOST;
+    hints.ai_family = AF_INET;
+    hints.ai_port_space = RDMA_PS_TCP;
+    hints.ai_dst_addr = reinterpret_cast<sockaddr *>(&lo);
+    hints.ai_dst_len = sizeof lo;
+    if (rdma_getaddrinfo(nullptr, nullptr, &hints, &res) == 0)
+        rdma_freeaddrinfo(res);
+    prepare();
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = kCm;
@@ -187,8 +208,10 @@ bool Engine::start() noexcept
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     try {
-        std::thread t([this] { loop(); });
-        pthread_setname_np(t.native_handle(), "rdmasock");
+        std::thread t([this] {
+            pthread_setname_np(pthread_self(), "rdmasock");  // (from another thread: a file opened)
+            loop();
+        });
         t.detach();
     } catch (...) {
         pthread_sigmask(SIG_SETMASK, &old, nullptr);
@@ -885,6 +908,7 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
     ls.last_accept_ms.store(std::chrono::duration_cast<Ms>(Clock::now().time_since_epoch()).count(),
                             std::memory_order_relaxed);
     Key k = make_key(reinterpret_cast<sockaddr *>(&s.peer), reinterpret_cast<sockaddr *>(&local));
+    e->prepare();  // (here, in the program's accept(), not on the progress thread)
     auto conn = std::make_shared<Conn>(Conn::Side::server, fd, g_upcalls);
     conn->set_self(conn);
     conn->set_socket(&s);

@@ -49,7 +49,10 @@
     X(Lib::cm, rdma_disconnect, int, (rdma_cm_id * a), (a))                                                \
     X(Lib::cm, rdma_event_str, const char *, (rdma_cm_event_type a), (a))                                  \
     X(Lib::cm, rdma_free_devices, void, (ibv_context * *a), (a))                                           \
+    X(Lib::cm, rdma_freeaddrinfo, void, (rdma_addrinfo * a), (a))                                          \
     X(Lib::cm, rdma_get_cm_event, int, (rdma_event_channel * a, rdma_cm_event **b), (a, b))                \
+    X(Lib::cm, rdma_getaddrinfo, int, (const char *a, const char *b, const rdma_addrinfo *c, rdma_addrinfo **d), \
+      (a, b, c, d))                                                                                    \
     X(Lib::cm, rdma_get_devices, ibv_context **, (int *a), (a))                                            \
     X(Lib::cm, rdma_listen, int, (rdma_cm_id * a, int b), (a, b))                                          \
     X(Lib::cm, rdma_reject, int, (rdma_cm_id * a, const void *b, uint8_t c), (a, b, c))                    \

@@ -33,6 +33,11 @@ unsigned g_building_log2 = 0;
 pid_t g_builder_tid = 0;  // 0 until the builder thread has started
 std::condition_variable g_built;
 constexpr int kBuilderNice = 10;  // added to the nice value of the thread that starts it
+// Completion channels made ahead on the program's threads (prepare_channels), for the
+// kits built later on the builder or the progress thread.  Leaked like g_reserve.
+std::vector<std::shared_ptr<rdma::CompChannel>> *g_channels = new std::vector<std::shared_ptr<rdma::CompChannel>>();
+constexpr size_t kChannelsMin = 2;  // kept at least (a reserve kit and a kit built on the spot)
+constexpr size_t kChannelsMax = 8;  // per device: connections set up in a burst add one each up to this
 
 // The calling thread's nice value (Linux: per thread).
 int own_nice() noexcept
@@ -96,6 +101,51 @@ Reason map_and_register(const std::shared_ptr<rdma::Pd> &pd, size_t size, int ac
 }
 }  // namespace
 
+void prepare_channels(const std::shared_ptr<rdma::Context> &ctx) noexcept
+{
+    size_t have = 0;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        if (g_channels == nullptr)
+            return;
+        for (const auto &c : *g_channels)
+            have += c->context()->get() == ctx->get();
+    }
+    size_t want = have < kChannelsMin ? kChannelsMin - have : have < kChannelsMax ? 1 : 0;
+    for (; want > 0; --want) {
+        int err = 0;
+        auto c = rdma::CompChannel::create(ctx, &err);
+        if (!c || c->set_nonblocking() != 0)
+            return;
+        std::lock_guard<std::mutex> lk(g_mu);
+        try {
+            g_channels->push_back(std::move(c));
+        } catch (...) {
+            return;
+        }
+    }
+}
+
+namespace {
+// One made ahead, else one made here (a descriptor made off the program's threads).
+std::shared_ptr<rdma::CompChannel> take_channel(const std::shared_ptr<rdma::Context> &ctx, int *err) noexcept
+{
+    if (std::lock_guard<std::mutex> lk(g_mu); g_channels != nullptr) {
+        for (auto it = g_channels->begin(); it != g_channels->end(); ++it)
+            if ((*it)->context()->get() == ctx->get()) {
+                auto c = std::move(*it);
+                g_channels->erase(it);
+                return c;
+            }
+    }
+    RS_DEBUG("connection kit: no completion channel made ahead; making one here");
+    auto c = rdma::CompChannel::create(ctx, err);
+    if (c && c->set_nonblocking() != 0)
+        c.reset();
+    return c;
+}
+}  // namespace
+
 Reason build(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe, Kit &k) noexcept
 {
     int err = 0;
@@ -106,8 +156,8 @@ Reason build(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe, 
         RS_DEBUG("ibv_alloc_pd failed: %s", strerror(err));
         return Reason::resource;
     }
-    k.chan = rdma::CompChannel::create(ctx, &err);
-    if (!k.chan || k.chan->set_nonblocking() != 0) {
+    k.chan = take_channel(ctx, &err);
+    if (!k.chan) {
         RS_DEBUG("ibv_create_comp_channel failed: %s", strerror(err));
         return Reason::resource;
     }
@@ -184,6 +234,7 @@ void refill_async(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int 
             // a builder beside a busy connection got about 1.5% of a CPU and was still
             // at work a second later, when the next connection wanted its kit.  A
             // connection that needs this kit before it is done raises it (obtain).
+            pthread_setname_np(pthread_self(), "rdmasock-kit");  // (from another thread: a file opened)
             const auto tid = static_cast<pid_t>(syscall(SYS_gettid));
             {
                 std::lock_guard<std::mutex> lk(g_mu);
@@ -196,7 +247,6 @@ void refill_async(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int 
             g_builder_tid = 0;
             g_built.notify_all();
         });
-        pthread_setname_np(t.native_handle(), "rdmasock-kit");
         t.detach();
     } catch (...) {
         std::lock_guard<std::mutex> lk(g_mu);
@@ -259,6 +309,7 @@ void after_fork_child() noexcept
     // The parent's kits are leaked here (their rings are not even mapped in the child);
     // without memory for a new list there is simply no reserve in this process.
     g_reserve = new (std::nothrow) std::vector<Kit>();
+    g_channels = new (std::nothrow) std::vector<std::shared_ptr<rdma::CompChannel>>();
 }
 
 }  // namespace rdmasock::kits

@@ -78,6 +78,7 @@ struct DevicePin {
     }
 };
 
+// ctx null: any pin (the current one, else a new one).
 std::shared_ptr<DevicePin> pin_devices(ibv_context *ctx) noexcept
 {
     // Never destroyed: borrowed contexts may outlive static destruction at exit.
@@ -87,14 +88,14 @@ std::shared_ptr<DevicePin> pin_devices(ibv_context *ctx) noexcept
         return nullptr;
     std::lock_guard<std::mutex> lock(*mu);
     std::shared_ptr<DevicePin> pin = current->lock();
-    if (pin && pin->covers(ctx))
+    if (pin && (ctx == nullptr || pin->covers(ctx)))
         return pin;
     DevicePin *raw = new (std::nothrow) DevicePin;
     if (raw == nullptr)
         return nullptr;
     raw->list = rdma_get_devices(nullptr);
     pin = share(raw, nullptr);
-    if (!pin || !pin->covers(ctx))
+    if (!pin || raw->list == nullptr || (ctx != nullptr && !pin->covers(ctx)))
         return nullptr;
     *current = pin;
     return pin;
@@ -221,6 +222,22 @@ std::shared_ptr<Context> Context::open_by_name(const char *name, int *err) noexc
     ibv_free_device_list(list);
     set_err(err, found ? 0 : e);
     return found;
+}
+
+std::vector<std::shared_ptr<Context>> Context::borrow_all() noexcept
+{
+    std::vector<std::shared_ptr<Context>> out;
+    std::shared_ptr<DevicePin> pin = pin_devices(nullptr);
+    if (!pin)
+        return out;
+    try {
+        for (ibv_context **p = pin->list; *p != nullptr; ++p)
+            if (auto c = borrow(*p, pin))
+                out.push_back(std::move(c));
+    } catch (...) {
+        out.clear();
+    }
+    return out;
 }
 
 std::shared_ptr<Context> Context::borrow(ibv_context *ctx) noexcept

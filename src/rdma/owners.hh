@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "rdma/dl.hh"
 
@@ -66,6 +67,11 @@ public:
     static std::shared_ptr<Context> borrow(ibv_context *ctx) noexcept;
     static std::shared_ptr<Context> borrow(ibv_context *ctx,
                                            std::shared_ptr<void> keeper) noexcept;
+    // Every device librdmacm has open, borrowed with one pin on all of them (as
+    // CmId::context() pins).  Whoever holds one keeps the pin, so a later
+    // CmId::context() finds it and need not list the devices again (which opens a
+    // netlink socket for a moment).
+    static std::vector<std::shared_ptr<Context>> borrow_all() noexcept;
     ~Context();
 
     ibv_context *get() const noexcept { return ctx_; }

@@ -50,10 +50,9 @@ check-parity-rdma-small: tests/preload/parity_tests$(EXEEXT) tests/preload/sockp
 # at once and connections switch in the background, what users get): most scenarios end
 # before their connections switch, so this run holds the calls made before and around
 # the switch to the kernel's transcripts; which transport a close line shows is timing.
-# Not in tools/test-all yet: in about one run in three dup2_over_live_socket gets its
-# socket() one number higher than the kernel would give (a completion channel a kit
-# builder thread opens at that moment holds the lowest free number until the library
-# moves it up), a defect of the default mode that this run found and that is open.
+# (It found two defects of the default mode: close() while another thread reads, and
+# descriptors the library's threads opened that held the lowest free number for a
+# moment: docs/protocol.md, Descriptor numbers.)
 check-parity-rdma-async: tests/preload/parity_tests$(EXEEXT) tests/preload/sockprobe$(EXEEXT) librdmasock.la librdmasock_engine.la
 	$(top_srcdir)/tests/vm/run --timeout 400 -- env TEST_PARITY_CONNECT_WAIT=0 $(SHELL) \
 	  $(abs_top_srcdir)/tests/preload/run-parity-rdma $(abs_top_builddir)/tests/preload/parity_tests
