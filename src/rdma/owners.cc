@@ -78,7 +78,8 @@ struct DevicePin {
     }
 };
 
-// ctx null: any pin (the current one, else a new one).
+// ctx null: a new pin on every device (the engine's, at its start: in a fork child the
+// current one may be the parent's, on its copy of rdma-core).
 std::shared_ptr<DevicePin> pin_devices(ibv_context *ctx) noexcept
 {
     // Never destroyed: borrowed contexts may outlive static destruction at exit.
@@ -88,7 +89,7 @@ std::shared_ptr<DevicePin> pin_devices(ibv_context *ctx) noexcept
         return nullptr;
     std::lock_guard<std::mutex> lock(*mu);
     std::shared_ptr<DevicePin> pin = current->lock();
-    if (pin && (ctx == nullptr || pin->covers(ctx)))
+    if (pin && ctx != nullptr && pin->covers(ctx))
         return pin;
     DevicePin *raw = new (std::nothrow) DevicePin;
     if (raw == nullptr)
