@@ -190,11 +190,8 @@ void Conn::on_tcp_event(unsigned events) noexcept
             update_shadows_locked(true);
         }
     }
-    if (side_ == Side::client && !sw_.prefix_done() && (events & (POLLIN | POLLRDHUP))) {
-        // The server's pre-switch bytes (or its EOF) arrived on the TCP socket.
-        sh_.edge();  // a new arrival: edge-triggered waiters see an edge
-        update_shadows_locked(true);
-    }
+    if (side_ == Side::client && !sw_.prefix_done() && (events & (POLLIN | POLLRDHUP)))
+        update_shadows_locked(true);  // the server's pre-switch bytes (or its EOF) arrived on the TCP socket
 }
 
 void Conn::start_grace_locked() noexcept
@@ -270,6 +267,17 @@ void Conn::update_shadows_locked(bool force) noexcept
     // elsewhere (a reset seen on the TCP socket) force the update.
     if (sw_.phase() != Phase::rdma || link_.dead() || (!force && !sh_.watched()))
         return;
+    if (side_ == Side::client && !sw_.prefix_done()) {
+        // The server's bytes from before its switch (its EOF too) arrive on the TCP
+        // socket: each arrival is one edge for edge-triggered waiters, as the kernel's,
+        // whichever comes first, the TCP socket's event or an update for another cause
+        // that finds the bytes there (the event then finds nothing new).
+        const uint64_t arrived = sw_.tcp_taken() + tcp_prefix_bytes_locked() + (tcp_.eof ? 1 : 0);
+        if (arrived > tcp_.arrived_seen) {
+            tcp_.arrived_seen = arrived;
+            sh_.edge();
+        }
+    }
     // (Urgent data wakes POLLPRI waiters: they recompute.)
     sh_.set(readable_locked() || tcp_.urgent, writable_locked());
 }

@@ -127,9 +127,9 @@ void Conn::note_closing() noexcept
     std::lock_guard<std::mutex> lk(mu_);
     if (side_ != Side::server || sock_ == nullptr)
         return;
-    // (A connection that moved no byte stays pending: nothing was decided about it.)
-    if (sw_.phase() == Phase::maybe && sw_.interested() && (sw_.tcp_read() > 0 || sw_.tcp_sent() > 0)) {
-        sock_->reason.store(undecided_reason(), std::memory_order_relaxed);
+    if (sw_.phase() == Phase::maybe) {
+        if (Reason why = server_close_reason_locked(); why != Reason::pending)
+            sock_->reason.store(why, std::memory_order_relaxed);
     } else if (sw_.phase() == Phase::verifying) {
         sock_->reason.store(Reason::closed_early, std::memory_order_relaxed);  // the switch never completed
     }

@@ -90,10 +90,7 @@ bool Conn::continue_on(int keep) noexcept
         // socket they hold; nothing switches after the program's close.  (They would
         // otherwise wake on a closed number, or on the file that reused it.)
         // (The reason a close would have logged: a server's undecided one.)
-        Reason why = Reason::closed_early;
-        if (side_ == Side::server)
-            why = sw_.interested() && (sw_.tcp_read() > 0 || sw_.tcp_sent() > 0) ? undecided_reason() : Reason::pending;
-        decide_tcp_locked(why);
+        decide_tcp_locked(side_ == Side::server ? server_close_reason_locked() : Reason::closed_early);
         tcp_fd_ = keep;
         handed_off_ = true;
         return true;

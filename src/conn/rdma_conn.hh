@@ -310,6 +310,13 @@ private:
     // library does not track may be in use, and tcp_fd_ may move under it), but the
     // library's duplicate once the program closed its numbers (continue_on).
     int call_fd_locked(int fd) const noexcept { return handed_off_ ? tcp_fd_ : fd; }
+    // A server's reason when its program closes it before anything was decided: the
+    // undecided reason once bytes moved with a client that showed interest; else
+    // pending (a connection that moved no byte had nothing decided about it).
+    Reason server_close_reason_locked() const noexcept
+    {
+        return sw_.interested() && (sw_.tcp_read() > 0 || sw_.tcp_sent() > 0) ? undecided_reason() : Reason::pending;
+    }
     Socket *sock_ = nullptr;
     std::atomic<bool> forked_unused_{false};  // after_fork_parent() before any use here
     std::atomic<bool> parent_copy_{false};    // after_fork_child() of a connection with RDMA bound
@@ -341,6 +348,9 @@ private:
         // peer's TCP socket has it pending (POLLPRI) until it is read with MSG_OOB.
         bool urgent = false;
         Clock::time_point grace_deadline{};  // no RDMA FIN by then: the peer died
+        // Client, before the server's bytes from before its switch are all read: how
+        // many of them (and its EOF, as one more) the readable eventfd has reflected.
+        uint64_t arrived_seen = 0;
     } tcp_;
     bool closed_ = false;  // the TCP fd is closed (its number may be reused)
     Counters counters_;

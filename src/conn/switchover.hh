@@ -65,11 +65,13 @@ public:
     bool tcp_shut_rd() const noexcept { return tcp_shut_rd_; }
     bool tcp_shut_wr() const noexcept { return tcp_shut_wr_; }
     uint64_t tcp_read() const noexcept { return tcp_read_; }
+    uint64_t tcp_taken() const noexcept { return tcp_taken_; }  // every TCP byte the program took
     void sent_on_tcp(uint64_t n) noexcept { tcp_sent_ += n; }
     // The program took `n` bytes from the TCP socket: counted before the server's PREFIX
     // (client) or SWITCH (server), or out of the PREFIX once it is known.
     void took_from_tcp(uint64_t n) noexcept
     {
+        tcp_taken_ += n;
         if (prefix_known_)
             prefix_left_ -= n;
         else
@@ -160,6 +162,7 @@ private:
     neg::Nonce nonce_{};
     uint64_t tcp_sent_ = 0;      // bytes sent on TCP before the switch
     uint64_t tcp_read_ = 0;      // TCP bytes read before the peer's PREFIX / SWITCH
+    uint64_t tcp_taken_ = 0;     // TCP bytes read, all
     bool tcp_shut_rd_ = false;   // shutdown(2) before the switch
     bool tcp_shut_wr_ = false;
     bool prefix_known_ = false;  // client: PREFIX received

@@ -117,7 +117,7 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
     static const std::set<std::string> one_pair = {
         "stream rw inet", "stream iov inet", "stream sendrecv inet", "stream msg inet",
         "stream sendfile inet", "epipe", "eagain", "fill", "connstate", "epoll-lt", "epoll-et",
-        "epoll-oneshot", "epoll-rdhup", "epoll-nested", "peek", "waitall", "dontwait", "dup", "dup-reuse", "nonblock-elsewhere",
+        "epoll-et-fin", "epoll-oneshot", "epoll-rdhup", "epoll-nested", "peek", "waitall", "dontwait", "dup", "dup-reuse", "nonblock-elsewhere",
         // unix: its only TCP connection is the one passed with SCM_RIGHTS
         "unix", "closelog inet exact", "closelog inet eof", "closelog-queued inet"};
     static const std::set<std::string> one_pair6 = {
@@ -925,6 +925,23 @@ no new edge: 0
 server shutdown SHUT_WR = 0
 EOF edge: 1 [1 EPOLLIN|EPOLLOUT]
 no new edge: 0
+)")
+
+PARITY_CASE(epoll_edge_at_eof_with_bytes_unread, ({"epoll-et-fin"}), nullptr,
+R"(ADD c EPOLLIN|EPOLLRDHUP|EPOLLET = 0
+server writes 10 = 10
+edge: 1 [1 EPOLLIN]
+read 4 = 4
+partial read, no new edge: 0
+server writes 3 more = 3
+edge for the new bytes: 1 [1 EPOLLIN]
+read 4 = 4
+no new edge: 0
+server shutdown SHUT_WR = 0
+EOF edge with 5 bytes unread: 1 [1 EPOLLIN|EPOLLRDHUP]
+no new edge: 0
+read rest = 5
+read EOF = 0
 )")
 
 PARITY_CASE(epoll_oneshot, ({"epoll-oneshot"}), nullptr,

@@ -1385,6 +1385,34 @@ int sc_epoll_et(const Args &)
     return 0;
 }
 
+// The peer's end of the stream while bytes are still unread: the socket was readable
+// already, yet an edge-triggered waiter sees a new edge, as for new bytes (nginx waits
+// for exactly that edge after a read that left bytes).  Then the peer's bytes after a
+// read that left some: an edge too.
+int sc_epoll_et_fin(const Args &)
+{
+    Conn p = tcp_pair(AF_INET);
+    int ep = must(epoll_create1(0), "epoll_create1");
+    ectl("ADD c EPOLLIN|EPOLLRDHUP|EPOLLET", ep, EPOLL_CTL_ADD, p.c, EPOLLIN | EPOLLRDHUP | EPOLLET, 1);
+    SHOW("server writes 10", write(p.s, "0123456789", 10));
+    ewait("edge", ep, kWaitMs);
+    char b[64];
+    SHOW("read 4", read(p.c, b, 4));
+    ewait("partial read, no new edge", ep, 0);
+    SHOW("server writes 3 more", write(p.s, "abc", 3));
+    ewait("edge for the new bytes", ep, kWaitMs);
+    SHOW("read 4", read(p.c, b, 4));
+    ewait("no new edge", ep, 0);
+    SHOW("server shutdown SHUT_WR", shutdown(p.s, SHUT_WR));
+    ewait("EOF edge with 5 bytes unread", ep, kWaitMs);
+    ewait("no new edge", ep, 0);
+    SHOW("read rest", read(p.c, b, sizeof b));
+    SHOW("read EOF", read(p.c, b, sizeof b));
+    close(ep);
+    close_conn(p);
+    return 0;
+}
+
 int sc_epoll_oneshot(const Args &)
 {
     Conn p = tcp_pair(AF_INET);
@@ -2800,6 +2828,7 @@ const Scenario kScenarios[] = {
     {"pselect", sc_pselect, ""},
     {"epoll-lt", sc_epoll_lt, ""},
     {"epoll-et", sc_epoll_et, ""},
+    {"epoll-et-fin", sc_epoll_et_fin, ""},
     {"epoll-oneshot", sc_epoll_oneshot, ""},
     {"epoll-rdhup", sc_epoll_rdhup, ""},
     {"epoll-refused", sc_epoll_refused, ""},
