@@ -1401,7 +1401,7 @@ void fallback_probe_adapts()
 void system_start_cost()
 {
     const std::string name = "system/start_cost";
-    const int rounds = 9, per_round = 30;
+    const int rounds = 15, per_round = 20;
     auto spawn_all = [&](const std::string &preload) {
         std::vector<std::string> envs = {"PATH=/usr/bin:/bin"};
         if (!preload.empty())
@@ -1421,27 +1421,48 @@ void system_start_cost()
         }
         return (now_ms() - t0) / per_round;
     };
-    std::vector<double> without, empty, with;
+    // Each round measures the three back to back, in alternating order (a slow stretch of
+    // the emulator then weighs on both sides of a round's ratio alike); the library's cost
+    // over the empty one is the median of the rounds' ratios.
+    std::vector<double> without, empty, with, ratio;
     for (int r = 0; r < rounds; ++r) {
-        without.push_back(spawn_all(""));
-        empty.push_back(spawn_all(OFFLOAD_EMPTY_PRELOAD));
-        with.push_back(spawn_all(cfg.lib));
+        double w = 0, e = 0, b = 0;
+        if (r % 2 == 0) {
+            w = spawn_all("");
+            e = spawn_all(OFFLOAD_EMPTY_PRELOAD);
+            b = spawn_all(cfg.lib);
+        } else {
+            b = spawn_all(cfg.lib);
+            e = spawn_all(OFFLOAD_EMPTY_PRELOAD);
+            w = spawn_all("");
+        }
+        without.push_back(w);
+        empty.push_back(e);
+        with.push_back(b);
+        ratio.push_back(b / e);
     }
     std::sort(without.begin(), without.end());
     std::sort(empty.begin(), empty.end());
     std::sort(with.begin(), with.end());
-    const double a = without[rounds / 2], e = empty[rounds / 2], b = with[rounds / 2];
-    char line[300];
+    std::sort(ratio.begin(), ratio.end());
+    const double a = without[rounds / 2], e = empty[rounds / 2], b = with[rounds / 2], q = ratio[rounds / 2];
+    char line[400];
     snprintf(line, sizeof line,
              "%s: /bin/true, median of %d rounds of %d: %.3f ms without, %.3f ms with an empty library "
-             "preloaded (%+.1f%%), %.3f ms with librdmasock.so (%+.1f%%; %+.1f%% over the empty one)",
-             name.c_str(), rounds, per_round, a, e, (e / a - 1) * 100, b, (b / a - 1) * 100, (b / e - 1) * 100);
+             "preloaded (%+.1f%%), %.3f ms with librdmasock.so (%+.1f%%); over the empty one, median of the "
+             "rounds' ratios: %+.1f%% (rounds %+.1f%% .. %+.1f%%)",
+             name.c_str(), rounds, per_round, a, e, (e / a - 1) * 100, b, (b / a - 1) * 100, (q - 1) * 100,
+             (ratio.front() - 1) * 100, (ratio.back() - 1) * 100);
     note(line);
     // The issue's target (+5% over no preload) is below what preloading any library costs
-    // under emulation (the empty one: +10-20%).  What is held: the library costs a start
-    // about what an empty library costs (it was +70-77% with the whole engine mapped at
-    // start, +124% with rdma-core linked).
-    BOOST_CHECK_MESSAGE(b <= e * 1.15, line);
+    // under emulation (the empty one: +4-22% in the same VM).  Time here moves by 10-20%
+    // from one run to the next (rounds' ratios over the empty library from -16% to +39%,
+    // medians 0..+16%), so the library's cost against the empty one is held in
+    // instructions, on the host (tests/preload: start_instructions, at most +15%, +6.9%
+    // measured).  Held here: a start costs far less than it did with the engine mapped at
+    // start (+70-77% over no preload; +124% with rdma-core linked): at most +55%
+    // (measured +15..+37%).
+    BOOST_CHECK_MESSAGE(b <= a * 1.55, line);
 }
 
 // ---- servers: the shapes servers are deployed in ------------------------------------------
@@ -1567,44 +1588,59 @@ const std::vector<std::string> kScenarios = {"halfclose", "peek",     "dontwait"
                                              "poll",      "select",   "epoll_lt",    "epoll_et",
                                              "epoll_oneshot", "epoll_rdhup", "rcvtimeo", "linger0"};
 
-// One pair runs every scenario, one connection each; memoized per tester role.
+// The scenarios a tester on that side runs (a client also connects nonblocking).
+std::vector<std::string> scenario_list(bool tester_is_client)
+{
+    std::vector<std::string> list = kScenarios;
+    if (tester_is_client)
+        list.insert(list.begin() + 4, "nbconnect");
+    return list;
+}
+
+// One pair runs every scenario, one connection each; memoized per tester role and mode
+// (connect-wait, or the default asynchronous switch).
 struct ScenarioRun {
     bool done = false;
     Pair pr;
     std::vector<std::string> list;
 };
 
-ScenarioRun &scenario_run(bool tester_is_client)
+ScenarioRun &scenario_run(bool tester_is_client, bool async)
 {
-    static ScenarioRun runs[2];
-    ScenarioRun &r = runs[tester_is_client ? 1 : 0];
+    static ScenarioRun runs[4];
+    ScenarioRun &r = runs[(tester_is_client ? 1 : 0) + (async ? 2 : 0)];
     if (r.done)
         return r;
     r.done = true;
-    r.list = kScenarios;
-    if (tester_is_client)
-        r.list.insert(r.list.begin() + 4, "nbconnect");
+    r.list = scenario_list(tester_is_client);
     std::string sc;
     for (auto &x : r.list)
         sc += (sc.empty() ? "" : ",") + x;
-    Side s, c;
+    Side s = async ? async_side() : Side(), c = async ? async_side() : Side();
     Side &tester = tester_is_client ? c : s;
     Side &helper = tester_is_client ? s : c;
     tester.args = {"--scenario", sc};
     helper.args = {"--helper", "--conns", std::to_string(r.list.size())};
-    r.pr = run_pair(std::string("semantics (tester=") + (tester_is_client ? "client" : "server") + ")", s, c, 180000);
+    r.pr = run_pair(std::string(async ? "semantics_default_mode" : "semantics") + " (tester=" +
+                        (tester_is_client ? "client" : "server") + ")",
+                    s, c, 180000);
     return r;
 }
 
-void semantics_case(const std::string &scenario, bool tester_is_client)
+// `async`: in the library's default mode (connect() returns at once, the connection
+// switches in the background, often in the middle of the scenario): the scenario's
+// checks and the byte counts are the same; the transport is whichever the timing gave
+// (reported).
+void semantics_case(const std::string &scenario, bool tester_is_client, bool async)
 {
-    ScenarioRun &r = scenario_run(tester_is_client);
+    ScenarioRun &r = scenario_run(tester_is_client, async);
     auto it = std::find(r.list.begin(), r.list.end(), scenario);
     BOOST_REQUIRE(it != r.list.end());
     size_t i = static_cast<size_t>(it - r.list.begin());
     const PeerRun &tester = tester_is_client ? r.pr.client : r.pr.server;
     const PeerRun &helper = tester_is_client ? r.pr.server : r.pr.client;
-    std::string name = "semantics/" + scenario + (tester_is_client ? " (tester=client)" : " (tester=server)");
+    std::string name = std::string(async ? "semantics_default_mode/" : "semantics/") + scenario +
+                       (tester_is_client ? " (tester=client)" : " (tester=server)");
     // The scenario's own checks: "error: scenario NAME: ..." lines on the tester's stderr.
     std::string errs;
     for (const auto &l : split_lines(tester.err))
@@ -1625,8 +1661,13 @@ void semantics_case(const std::string &scenario, bool tester_is_client)
     if (!vals.empty())
         note(name + ":" + vals);
     // Transport and counters on both ends, from RDMASOCK_INFO and the log.
-    expect_rdma(tester, i, -1, -1, name);
-    expect_rdma(helper, i, -1, -1, name);
+    if (!async) {
+        expect_rdma(tester, i, -1, -1, name);
+        expect_rdma(helper, i, -1, -1, name);
+    } else if (const Fields *hf = helper.conn(i)) {
+        note(name + ": tester transport=" + field(*tf, "transport") + " reason=" + field(*tf, "reason") +
+             ", helper transport=" + field(*hf, "transport") + " reason=" + field(*hf, "reason"));
+    }
     // Both ends agree on what moved.
     const Fields *hf = helper.conn(i);
     if (hf != nullptr && scenario != "linger0")
@@ -2752,20 +2793,26 @@ bool init_tests()
         master.add(two);
     }
 
+    // The scenarios, tester on either side, in connect-wait mode or the default one.
+    auto add_scenarios = [](utf::test_suite *suite, bool async) {
+        for (bool client : {true, false})
+            for (const auto &s : scenario_list(client))
+                add(suite, s + (client ? "_tester_client" : "_tester_server"),
+                    [s, client, async] { semantics_case(s, client, async); });
+    };
     auto *sem = BOOST_TEST_SUITE("semantics");
-    for (bool client : {true, false}) {
-        std::vector<std::string> list = kScenarios;
-        if (client)
-            list.insert(list.begin() + 4, "nbconnect");
-        for (const auto &s : list)
-            add(sem, s + (client ? "_tester_client" : "_tester_server"), [s, client] { semantics_case(s, client); });
-    }
+    add_scenarios(sem, false);
     add(sem, "close_exit_client", [] { semantics_close_exit(true); });
     add(sem, "close_exit_server", [] { semantics_close_exit(false); });
     add(sem, "sigkill_client", [] { semantics_sigkill(true); });
     add(sem, "idle_no_cpu", semantics_idle_no_cpu);
     add(sem, "sigkill_server", [] { semantics_sigkill(false); });
     master.add(sem);
+
+    // The same scenarios in the default mode (issue 17: users get the asynchronous switch).
+    auto *sem_async = BOOST_TEST_SUITE("semantics_default_mode");
+    add_scenarios(sem_async, true);
+    master.add(sem_async);
 
     auto *prog = BOOST_TEST_SUITE("programs");
     add(prog, "iperf3", [] { program_iperf3("plain", {}, 1); });

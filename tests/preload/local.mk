@@ -21,7 +21,9 @@ tests_preload_parity_tests_CPPFLAGS = $(preload_test_cppflags)
 tests_preload_parity_tests_LDADD = tests/common/libtestcommon.a $(BOOST_TEST_LIBS) -lpthread
 
 tests_preload_program_tests_SOURCES = tests/preload/program_tests.cc
-tests_preload_program_tests_CPPFLAGS = $(preload_test_cppflags)
+tests_preload_program_tests_CPPFLAGS = $(preload_test_cppflags) \
+	-DPROGRAM_EMPTY_PRELOAD='"$(abs_top_builddir)/tests/offload/empty_preload.so"'
+EXTRA_tests_preload_program_tests_DEPENDENCIES = tests/offload/empty_preload.so
 tests_preload_program_tests_LDADD = tests/common/libtestcommon.a $(BOOST_TEST_LIBS) -lpthread
 
 TESTS += tests/preload/parity_tests tests/preload/program_tests
