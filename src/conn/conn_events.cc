@@ -272,7 +272,11 @@ void Conn::update_shadows_locked(bool force) noexcept
         // socket: each arrival is one edge for edge-triggered waiters, as the kernel's,
         // whichever comes first, the TCP socket's event or an update for another cause
         // that finds the bytes there (the event then finds nothing new).
+        // (The count can fall: an urgent byte FIONREAD counted until the PREFIX capped
+        // it.  Then follow it down, or the next arrival would give no edge.)
         const uint64_t arrived = sw_.tcp_taken() + tcp_prefix_bytes_locked() + (tcp_.eof ? 1 : 0);
+        if (arrived < tcp_.arrived_seen)
+            tcp_.arrived_seen = arrived;
         if (arrived > tcp_.arrived_seen) {
             tcp_.arrived_seen = arrived;
             sh_.edge();

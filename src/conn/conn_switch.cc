@@ -248,6 +248,7 @@ void Conn::enter_rdma_locked(Switchover::Event e, int lowat) noexcept
     set_rcvlowat(lowat);
     sw_.on(e);
     sw_.leave_pending();
+    tcp_.arrived_seen = sw_.tcp_taken();  // (bytes read before the switch are no arrival)
     // Wake a poll/select sleeping on the pre-switch readiness (it starts over with the
     // eventfds); the first update by a watcher drains it if not readable.
     sh_.wake_set();

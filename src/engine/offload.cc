@@ -125,7 +125,7 @@ void Engine::watch_holder(pid_t p) noexcept
     // mu held.
     if (holder_fds_.count(p) != 0)
         return;
-    const int fd = static_cast<int>(syscall(SYS_pidfd_open, p, 0));
+    const int fd = util::move_high(static_cast<int>(syscall(SYS_pidfd_open, p, 0)));
     if (fd < 0) {
         holder_poll_ = true;  // (before Linux 5.3, or not allowed: look every second)
         next_holder_poll_ = Clock::now() + Ms(1000);
@@ -135,9 +135,28 @@ void Engine::watch_holder(pid_t p) noexcept
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLONESHOT;
     ev.data.u64 = reinterpret_cast<uint64_t>(&holder_fds_) | kCmd;
-    RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, util::move_high(fd), &ev);
+    RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, fd, &ev);
     holder_fds_[p] = fd;
 }
+
+namespace {
+// librdmacm's once-per-process set-up of route resolution (ibacm): a query for nothing
+// that needs no route.
+void prime_route_resolution() noexcept
+{
+    rdma_addrinfo hints{}, *res = nullptr;
+    sockaddr_in lo{};
+    lo.sin_family = AF_INET;
+    lo.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    hints.ai_flags = RAI_NOROUTE | RAI_NUMERICHOST;
+    hints.ai_family = AF_INET;
+    hints.ai_port_space = RDMA_PS_TCP;
+    hints.ai_dst_addr = reinterpret_cast<sockaddr *>(&lo);
+    hints.ai_dst_len = sizeof lo;
+    if (rdma_getaddrinfo(nullptr, nullptr, &hints, &res) == 0)
+        rdma_freeaddrinfo(res);
+}
+}  // namespace
 
 void Engine::prepare() noexcept
 {
@@ -184,18 +203,11 @@ bool Engine::start() noexcept
     // librdmacm opens (and closes) a descriptor or two the first time it resolves a
     // route (its ibacm client, rdma_getaddrinfo): that first time is here, not on the
     // progress thread, where the descriptor would hold the lowest free number for a
-    // moment, the number the program's next socket or file is due to get.
-    rdma_addrinfo hints{}, *res = nullptr;
-    sockaddr_in lo{};
-    lo.sin_family = AF_INET;
-    lo.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    hints.ai_flags = RAI_NOROUTE | RAI_NUMERICHOST;
-    hints.ai_family = AF_INET;
-    hints.ai_port_space = RDMA_PS_TCP;
-    hints.ai_dst_addr = reinterpret_cast<sockaddr *>(&lo);
-    hints.ai_dst_len = sizeof lo;
-    if (rdma_getaddrinfo(nullptr, nullptr, &hints, &res) == 0)
-        rdma_freeaddrinfo(res);
+    // moment, the number the program's next socket or file is due to get.  Not when an
+    // ibacm daemon runs: librdmacm then keeps its socket to it open for good, and asks it
+    // without a timeout; that stays where it was, at the first route a client resolves.
+    if (access("/run/ibacm.sock", F_OK) != 0 && access("/run/ibacm.port", F_OK) != 0)
+        prime_route_resolution();
     prepare();
     epoll_event ev{};
     ev.events = EPOLLIN;

@@ -37,7 +37,7 @@ constexpr int kBuilderNice = 10;  // added to the nice value of the thread that 
 // kits built later on the builder or the progress thread.  Leaked like g_reserve.
 std::vector<std::shared_ptr<rdma::CompChannel>> *g_channels = new std::vector<std::shared_ptr<rdma::CompChannel>>();
 constexpr size_t kChannelsMin = 2;  // kept at least (a reserve kit and a kit built on the spot)
-constexpr size_t kChannelsMax = 8;  // per device: connections set up in a burst add one each up to this
+constexpr size_t kChannelsMax = 8;  // per device: connections set up in a burst add two each up to this
 
 // The calling thread's nice value (Linux: per thread).
 int own_nice() noexcept
@@ -111,7 +111,9 @@ void prepare_channels(const std::shared_ptr<rdma::Context> &ctx) noexcept
         for (const auto &c : *g_channels)
             have += c->context()->get() == ctx->get();
     }
-    size_t want = have < kChannelsMin ? kChannelsMin - have : have < kChannelsMax ? 1 : 0;
+    // (A connection may use two: a kit built on the spot, when the builder's cannot be
+    // waited for, and the builder's refill; or a kit per request when it is sent on.)
+    size_t want = have < kChannelsMin ? kChannelsMin - have : have + 2 <= kChannelsMax ? 2 : kChannelsMax - have;
     for (; want > 0; --want) {
         int err = 0;
         auto c = rdma::CompChannel::create(ctx, &err);

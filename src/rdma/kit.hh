@@ -61,7 +61,7 @@ struct Kit {
 // program's thread, in a call that sets up a connection.  A channel is a descriptor; made
 // on the builder or the progress thread it would hold the lowest free number for a
 // moment, the number the program's next socket or file is due to get.  At least 2 are
-// kept, and each call adds one up to 8 (a burst of connections); a kit built when none
+// kept, and each call adds two up to 8 (a burst of connections); a kit built when none
 // is left makes its own.
 void prepare_channels(const std::shared_ptr<rdma::Context> &ctx) noexcept;
 // Build one now.  Reason::none, memlock or resource.
