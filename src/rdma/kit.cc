@@ -101,6 +101,16 @@ Reason map_and_register(const std::shared_ptr<rdma::Pd> &pd, size_t size, int ac
 }
 }  // namespace
 
+namespace {
+std::shared_ptr<rdma::CompChannel> make_channel(const std::shared_ptr<rdma::Context> &ctx, int *err) noexcept
+{
+    auto c = rdma::CompChannel::create(ctx, err);
+    if (c && c->set_nonblocking() != 0)
+        c.reset();
+    return c;
+}
+}  // namespace
+
 void prepare_channels(const std::shared_ptr<rdma::Context> &ctx) noexcept
 {
     size_t have = 0;
@@ -113,11 +123,12 @@ void prepare_channels(const std::shared_ptr<rdma::Context> &ctx) noexcept
     }
     // (A connection may use two: a kit built on the spot, when the builder's cannot be
     // waited for, and the builder's refill; or a kit per request when it is sent on.)
-    size_t want = have < kChannelsMin ? kChannelsMin - have : have + 2 <= kChannelsMax ? 2 : kChannelsMax - have;
-    for (; want > 0; --want) {
+    // (Calls on two threads at once may both add: `have` can exceed the cap.)
+    const size_t target = std::max(kChannelsMin, std::min(have + 2, kChannelsMax));
+    for (size_t want = target > have ? target - have : 0; want > 0; --want) {
         int err = 0;
-        auto c = rdma::CompChannel::create(ctx, &err);
-        if (!c || c->set_nonblocking() != 0)
+        auto c = make_channel(ctx, &err);
+        if (!c)
             return;
         std::lock_guard<std::mutex> lk(g_mu);
         try {
@@ -141,10 +152,7 @@ std::shared_ptr<rdma::CompChannel> take_channel(const std::shared_ptr<rdma::Cont
             }
     }
     RS_DEBUG("connection kit: no completion channel made ahead; making one here");
-    auto c = rdma::CompChannel::create(ctx, err);
-    if (c && c->set_nonblocking() != 0)
-        c.reset();
-    return c;
+    return make_channel(ctx, err);
 }
 }  // namespace
 
