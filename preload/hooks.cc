@@ -10,6 +10,7 @@
 #include <linux/close_range.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -575,11 +576,71 @@ ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags, 
     return hook::recvfrom(fd, buf, len, flags, addr, alen);
 }
 
+namespace {
+
+// Each descriptor the SCM_RIGHTS messages of `msg`'s control data carry.
+template <class F> void for_each_passed_fd(const msghdr *msg, F &&f) noexcept
+{
+    auto *m = const_cast<msghdr *>(msg);
+    if (m->msg_control == nullptr || m->msg_controllen < sizeof(cmsghdr))
+        return;
+    for (cmsghdr *cm = CMSG_FIRSTHDR(m); cm != nullptr; cm = CMSG_NXTHDR(m, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len < CMSG_LEN(0))
+            continue;
+        const size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; ++i) {
+            int fd = -1;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+            f(fd);
+        }
+    }
+}
+
+// The inode of the kernel socket behind `s` (fd is one of its numbers), looked up once.
+uint64_t socket_inode(int fd, Socket &s) noexcept
+{
+    uint64_t ino = s.inode.load(std::memory_order_relaxed);
+    struct stat st{};
+    if (ino == 0 && fstat(fd, &st) == 0) {
+        ino = st.st_ino;
+        s.inode.store(ino, std::memory_order_relaxed);
+    }
+    return ino;
+}
+
+// A descriptor this process has just received with SCM_RIGHTS.  When it is a
+// connection the library holds under another number (the program passed it to itself),
+// the new number joins that connection as a dup() would: its calls must reach the
+// connection, not the kernel socket that no longer carries its bytes.  A number the
+// table still maps is stale (closed behind the library's back): forgotten.
+void adopt_received(int fd) noexcept
+{
+    struct stat st{};
+    int same = -1;
+    if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
+        fdt::for_each([&](int other, const SocketRef &s) {
+            if (same < 0 && other != fd && s->transport != nullptr && socket_inode(other, *s) == st.st_ino)
+                same = other;
+        });
+    }
+    if (same >= 0 || fdt::peek(fd) != nullptr)
+        after_dup(same, fd, nullptr);
+}
+
+}  // namespace
+
 ssize_t recvmsg(int fd, msghdr *msg, int flags) noexcept
 {
     SocketRef s = offloaded_socket(fd);
-    if (!s)
-        return RS_REAL(recvmsg)(fd, msg, flags);
+    if (!s) {
+        // Here for a message with control data (preload/wrappers.cc, RS_CTL).
+        ssize_t r = RS_REAL(recvmsg)(fd, msg, flags);
+        if (r >= 0 && msg != nullptr) {
+            ErrnoGuard g;
+            for_each_passed_fd(msg, adopt_received);
+        }
+        return r;
+    }
     InCall in(*s);
     return ret(s->transport->recvmsg(fd, msg, flags));
 }
@@ -648,8 +709,18 @@ ssize_t sendto(int fd, const void *buf, size_t len, int flags, const sockaddr *a
 ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept
 {
     SocketRef s = offloaded_socket(fd);
-    if (!s)
+    if (!s) {
+        // A connection passed on (SCM_RIGHTS) before its switch stays on TCP: its
+        // receiver, in another process, can only use the kernel socket.
+        if (msg != nullptr) {
+            ErrnoGuard g;
+            for_each_passed_fd(msg, [](int passed) {
+                if (SocketRef p = fdt::get(passed); p && p->transport != nullptr)
+                    offload::on_passed(*p);
+            });
+        }
         return RS_REAL(sendmsg)(fd, msg, flags);
+    }
     InCall in(*s);
     return ret(s->transport->sendmsg(fd, msg, flags));
 }
@@ -768,11 +839,16 @@ void forget_range(unsigned first, unsigned last) noexcept
 }
 }  // namespace
 
-int close(int fd) noexcept
+void before_close(int fd) noexcept
 {
     forget_socket(fd);
     readiness::on_close(fd);
     log::on_fd_closed(fd);
+}
+
+int close(int fd) noexcept
+{
+    before_close(fd);
     return RS_REAL(close)(fd);
 }
 

@@ -6,6 +6,8 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/sendfile.h>
@@ -24,6 +26,10 @@ namespace rdmasock::hook {
 
 int fcntl(int fd, int cmd, void *arg) noexcept;
 int ioctl(int fd, unsigned long request, void *arg) noexcept;
+
+// What close(fd) does before the kernel closes the number (also for a number the C
+// library closes itself: fclose).
+void before_close(int fd) noexcept;
 
 // At exit: close the connections whose close() was handed to calls still blocked.
 void finish_deferred_at_exit() noexcept;

@@ -28,6 +28,16 @@
             return RS_REAL(name) args;                                         \
         RS_ENGINE_OR_REAL(name, args);                                         \
     }
+// The same, but a message with control data (`ctl`) goes to the engine whatever its fd:
+// it may carry descriptors (hook::recvmsg, hook::sendmsg).
+#define RS_CTL(ret, name, params, args, fd, ctl)                               \
+    RS_EXPORT ret name params noexcept                                         \
+    {                                                                          \
+        if (__builtin_expect(!::rdmasock::fdt::offloaded(fd), 1) &&            \
+            __builtin_expect(!(ctl) || ::rdmasock::shim::engine() == nullptr, 1)) \
+            return RS_REAL(name) args;                                         \
+        RS_ENGINE_OR_REAL(name, args);                                         \
+    }
 #define RS_HOOK(ret, name, params, args)                                       \
     RS_EXPORT ret name params noexcept                                         \
     {                                                                          \
@@ -78,6 +88,23 @@ RS_EXPORT sighandler_t signal(int signo, sighandler_t handler) noexcept
 RS_EXPORT sighandler_t bsd_signal(int signo, sighandler_t handler) noexcept
 {
     return ::rdmasock::sig::signal(signo, handler);
+}
+// dprintf: through vdprintf (above), which the engine sees for an offloaded socket.
+RS_EXPORT int dprintf(int fd, const char *format, ...) noexcept
+{
+    va_list ap;
+    va_start(ap, format);
+    int r = vdprintf(fd, format, ap);
+    va_end(ap);
+    return r;
+}
+RS_EXPORT int __dprintf_chk(int fd, int flag, const char *format, ...) noexcept
+{
+    va_list ap;
+    va_start(ap, format);
+    int r = __vdprintf_chk(fd, flag, format, ap);
+    va_end(ap);
+    return r;
 }
 // A vfork child shares the parent's stack: returning from this wrapper in the child
 // would corrupt the parent's frame.  vfork is therefore a fork here (POSIX allows a

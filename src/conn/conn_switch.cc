@@ -114,6 +114,17 @@ void Conn::note_declined(Reason why) noexcept
         decide_tcp_locked(why);
 }
 
+bool Conn::note_passed() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    // (In verifying the client may have committed to RDMA: giving up there could reset
+    // the connection; it is left to switch.)
+    if (closed_ || sw_.phase() != Phase::maybe)
+        return false;
+    decide_tcp_locked(Reason::passed);
+    return true;
+}
+
 void Conn::note_late_request() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);

@@ -94,6 +94,12 @@ public:
     // peer_no_rdmasock.
     // The client runs rdmasock and will stay on TCP: the socket is decided at once.
     void note_declined(Reason why) noexcept;
+    // The program passes the socket on (SCM_RIGHTS): whoever receives it uses the kernel
+    // socket, which RDMA cannot follow into another process.  A connection still being
+    // decided (maybe) stays on TCP, reason passed, and true is returned.  One whose
+    // switch is under way or done is left as it is (it goes on RDMA: only this
+    // process's numbers reach it).
+    bool note_passed() noexcept;
     // Server: an RDMA request came for this socket after it had stopped waiting for one
     // and gone to TCP: its reason is timeout, not peer_no_rdmasock.
     void note_late_request() noexcept;

@@ -632,6 +632,13 @@ void Engine::handle(rdma_cm_event *ev) noexcept
                 keys.erase(conn.get());
                 maybe.erase(mit);
                 accept_request(conn, std::move(p));
+            } else if (mit != maybe.end() && mit->second->phase() == Conn::Phase::tcp &&
+                       mit->second->socket() != nullptr &&
+                       mit->second->socket()->reason.load(std::memory_order_relaxed) == Reason::passed) {
+                // Its program passed it on (SCM_RIGHTS) before the request came: as
+                // on_passed() declines a request that had come.
+                reject(id, Reason::rejected);
+                drop_after_ack = std::move(owned);
             } else if (mit != maybe.end() && mit->second->phase() == Conn::Phase::tcp) {
                 // Its connection stopped waiting for a request (switch_window() after its
                 // accept: the client was slow, e.g. setting up many connections at once)
@@ -1011,8 +1018,21 @@ void interest(Conn &c) noexcept
     e->wake();
 }
 
+// Under e->mu: the request parked for `pit` is declined (the client falls back to TCP
+// at once instead of waiting for its probe timeout); its id is handed back, to be
+// dropped once the lock is released.
+std::shared_ptr<rdma::CmId> decline_parked_locked(Engine *e, decltype(Engine::parked)::iterator pit) noexcept
+{
+    uint8_t d[neg::kDeclineSize];
+    neg::encode_decline(Reason::rejected, d);
+    rdma_reject(pit->second.id->get(), d, sizeof d);
+    auto id = std::move(pit->second.id);
+    e->parked.erase(pit);
+    return id;
+}
+
 // A server connection that never bound RDMA goes away: answer a request parked for it
-// at once (the client falls back to TCP instead of waiting for its probe timeout).
+// at once.
 void forget_undecided(Engine *e, Conn &c) noexcept
 {
     std::shared_ptr<rdma::CmId> drop;
@@ -1030,11 +1050,7 @@ void forget_undecided(Engine *e, Conn &c) noexcept
             // A fork child may serve it (fork per connection): its request waits for the
             // child to record it (timers()), declined only when its time is out.
         } else if (pit != e->parked.end()) {
-            uint8_t d[neg::kDeclineSize];
-            neg::encode_decline(Reason::rejected, d);
-            rdma_reject(pit->second.id->get(), d, sizeof d);
-            drop = std::move(pit->second.id);
-            e->parked.erase(pit);
+            drop = decline_parked_locked(e, pit);
         }
         e->maybe.erase(kit->second);
         e->keys.erase(kit);
@@ -1123,6 +1139,22 @@ void on_close(int fd, Socket &s) noexcept
         std::lock_guard<std::mutex> lk(g_engine->mu);
         g_engine->unwatch_tcp(*c);
     }
+}
+
+void on_passed(Socket &s) noexcept
+{
+    Conn *c = Conn::of(s.transport);
+    if (c == nullptr || !c->note_passed() || c->side() != Conn::Side::server || g_engine == nullptr)
+        return;
+    // The connection stays known (a request that comes later is declined as late); only
+    // one that waits already is answered now.
+    std::shared_ptr<rdma::CmId> drop;
+    std::lock_guard<std::mutex> lk(g_engine->mu);
+    auto kit = g_engine->keys.find(c);
+    if (kit == g_engine->keys.end())
+        return;
+    if (auto pit = g_engine->parked.find(kit->second); pit != g_engine->parked.end())
+        drop = decline_parked_locked(g_engine, pit);
 }
 
 void at_exit() noexcept

@@ -30,6 +30,11 @@ void listener_used(Socket &ls) noexcept;
 // accept() on listener `ls` returned `fd`, tracked as `s`.
 void on_accept(Socket &ls, int fd, Socket &s) noexcept;
 
+// The program passes `s` on with SCM_RIGHTS (before the message is sent): a connection
+// still being decided stays on TCP (Conn::note_passed), and an RDMA request parked for
+// it is declined at once.
+void on_passed(Socket &s) noexcept;
+
 // close() of the last fd of `s` (before the kernel close): orderly or abortive
 // teardown of an offloaded connection; a listener's RDMA side is closed.
 void on_close(int fd, Socket &s) noexcept;

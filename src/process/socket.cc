@@ -146,6 +146,7 @@ void Socket::recycle() noexcept
     calls.store(0, std::memory_order_relaxed);
     deferred_fd = -1;
     closed_fd = -1;
+    inode.store(0, std::memory_order_relaxed);
     g_pool.free(this);
 }
 

@@ -79,6 +79,9 @@ public:
     std::atomic<uint32_t> calls{0};
     int deferred_fd = -1;  // while deferred: the library's duplicate of the TCP socket
     int closed_fd = -1;    // while deferred: the number the program closed
+    // The kernel socket's inode once looked up (0 before): how a descriptor received
+    // with SCM_RIGHTS is recognised as this socket under a new number.
+    std::atomic<uint64_t> inode{0};
 
 private:
     Socket() = default;

@@ -119,7 +119,7 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         "stream sendfile inet", "epipe", "eagain", "fill", "connstate", "epoll-lt", "epoll-et",
         "epoll-et-fin", "epoll-oneshot", "epoll-rdhup", "epoll-nested", "peek", "waitall", "dontwait", "dup", "dup-reuse", "nonblock-elsewhere",
         // unix: its only TCP connection is the one passed with SCM_RIGHTS
-        "unix", "closelog inet exact", "closelog inet eof", "closelog-queued inet"};
+        "unix", "stdio", "closelog inet exact", "closelog inet eof", "closelog-queued inet"};
     static const std::set<std::string> one_pair6 = {
         "stream rw inet6", "stream msg inet6", "closelog inet6 exact", "closelog inet6 eof",
         "closelog-queued inet6"};
@@ -184,6 +184,10 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         // read a non-CONFIRM; part 4 makes no connection.
         o->rdma = 3;
         o->tcp = {"client timeout", "server peer_no_rdmasock", "client timeout", "server peer_no_rdmasock"};
+    } else if (key == "pass-child") {
+        // The server passed its accepted connection on before using it (and before or
+        // after the client's request came: declined either way).
+        o->tcp = {"client rejected", "server passed"};
     } else if (key == "fork") {
         // Three connections shared with a fork child, made connect-then-accept (an
         // offloaded connection cannot be used by a fork child: rdmasock(7)); the client
@@ -1348,11 +1352,9 @@ handler ran: 5
 
 /* ---- other descriptor kinds through the same calls -------------------------------- */
 
-// RDMA mode, library bug: an offloaded socket passed with SCM_RIGHTS (a new fd number
-// for the same socket) is not recognised: writes via the received descriptor go into
-// the TCP stream that the RDMA peer no longer reads: the 6 bytes are lost and the peer
-// reads EOF.
-PARITY_CASE_BUG(unix_sockets, ({"unix"}), nullptr, 1,
+// Its end: a connection passed to the process itself with SCM_RIGHTS (a new number for
+// the same socket, recognised by its inode: the received number reaches the connection).
+PARITY_CASE(unix_sockets, ({"unix"}), nullptr,
 R"(socketpair AF_UNIX SOCK_STREAM = 0
 fresh mask = POLLOUT
 write = 5
@@ -1413,6 +1415,39 @@ write via the received descriptor = 6
 tcp peer reads = 6
 bytes = passed
 tcp peer reads EOF = 0
+)")
+
+// SCM_RIGHTS to another process: an accepted connection not used yet stays on TCP
+// (reason passed), and the process that receives it serves it over the kernel socket.
+PARITY_CASE(pass_to_a_child, ({"pass-child"}), nullptr,
+R"(sendmsg SCM_RIGHTS(an accepted connection) = 1
+connect = 0
+client writes = 5
+client reads = 5
+bytes = world
+the child served it: yes
+the parent closes its copy = 0
+client reads EOF = 0
+)")
+
+// stdio streams on a connection: the C library's own reads and writes (found: on RDMA
+// the lines went into the TCP socket the peer no longer reads).
+PARITY_CASE(stdio_streams, ({"stdio"}), nullptr,
+R"(fdopen w: yes
+fileno is the socket: yes
+fprintf = 7
+fputs: ok
+fflush = 0
+fdopen r: yes
+fgets: line 1
+fgets: line two
+dprintf = 10
+client reads = 10
+bytes = answer 42
+fwrite 6000 = 6000
+fclose the client's stream = 0
+server reads to EOF: 6000 bytes, same: yes, eof: yes
+fclose the server's stream = 0
 )")
 
 PARITY_CASE(pipes, ({"pipe"}), nullptr,

@@ -2410,6 +2410,47 @@ int sc_signals(const Args &)
     return 0;
 }
 
+// A one-byte message with room for one descriptor (SCM_RIGHTS).
+struct FdMsg {
+    char data = 'F';
+    iovec v{&data, 1};
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
+    msghdr mm{};
+    FdMsg()
+    {
+        mm.msg_iov = &v;
+        mm.msg_iovlen = 1;
+        mm.msg_control = cbuf;
+        mm.msg_controllen = sizeof cbuf;
+    }
+    FdMsg(const FdMsg &) = delete;
+    FdMsg &operator=(const FdMsg &) = delete;
+};
+
+// One descriptor over a UNIX socket.
+ssize_t send_fd(int unix_fd, int fd)
+{
+    FdMsg m;
+    cmsghdr *cm = CMSG_FIRSTHDR(&m.mm);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    return sendmsg(unix_fd, &m.mm, 0);
+}
+
+// recvmsg()'s result; the descriptor received goes to *got (-1: none).
+ssize_t recv_fd(int unix_fd, int *got)
+{
+    FdMsg m;
+    *got = -1;
+    ssize_t r = recvmsg(unix_fd, &m.mm, 0);
+    cmsghdr *cm = r > 0 ? CMSG_FIRSTHDR(&m.mm) : nullptr;
+    if (cm != nullptr && cm->cmsg_type == SCM_RIGHTS)
+        memcpy(got, CMSG_DATA(cm), sizeof(int));
+    return r;
+}
+
 int sc_unix(const Args &)
 {
     set_handler(SIGPIPE, on_sigpipe, 0);
@@ -2496,38 +2537,10 @@ int sc_unix(const Args &)
     // SCM_RIGHTS: a TCP socket passed over a UNIX socket keeps working.
     Conn p = tcp_pair(AF_INET);
     must(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), "socketpair");
-    {
-        char data = 'F';
-        iovec v{&data, 1};
-        alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-        msghdr mm{};
-        mm.msg_iov = &v;
-        mm.msg_iovlen = 1;
-        mm.msg_control = cbuf;
-        mm.msg_controllen = sizeof cbuf;
-        cmsghdr *cm = CMSG_FIRSTHDR(&mm);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &p.c, sizeof(int));
-        SHOW("sendmsg SCM_RIGHTS(tcp socket)", sendmsg(sv[0], &mm, 0));
-    }
+    SHOW("sendmsg SCM_RIGHTS(tcp socket)", send_fd(sv[0], p.c));
     int r = -1;
-    {
-        char data = 0;
-        iovec v{&data, 1};
-        alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-        msghdr mm{};
-        mm.msg_iov = &v;
-        mm.msg_iovlen = 1;
-        mm.msg_control = cbuf;
-        mm.msg_controllen = sizeof cbuf;
-        SHOW("recvmsg SCM_RIGHTS", recvmsg(sv[1], &mm, 0));
-        cmsghdr *cm = CMSG_FIRSTHDR(&mm);
-        if (cm != nullptr && cm->cmsg_type == SCM_RIGHTS)
-            memcpy(&r, CMSG_DATA(cm), sizeof(int));
-        out("received a descriptor: %s", r >= 0 ? "yes" : "no");
-    }
+    SHOW("recvmsg SCM_RIGHTS", recv_fd(sv[1], &r));
+    out("received a descriptor: %s", r >= 0 ? "yes" : "no");
     out("same peer: %s", peer_of(r) == peer_of(p.c) ? "yes" : "no");
     close(p.c);
     p.c = -1;
@@ -2539,6 +2552,95 @@ int sc_unix(const Args &)
     SHOW("tcp peer reads EOF", read(p.s, b, sizeof b));
     close(sv[0]);
     close(sv[1]);
+    close_conn(p);
+    return 0;
+}
+
+// SCM_RIGHTS to another process (a dispatcher handing connections to a worker): a
+// connection the server accepted and has not used goes to a child forked before it
+// existed, which serves it; the parent closes its copy once the child is done.
+int sc_pass_child(const Args &)
+{
+    int sv[2];
+    must(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), "socketpair");
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        int r = -1;
+        recv_fd(sv[1], &r);
+        char b[8] = {};
+        bool ok = r >= 0 && read_n(r, b, 5) == 5 && memcmp(b, "hello", 5) == 0 && write(r, "world", 5) == 5;
+        close(r);
+        _exit(ok ? 0 : 1);
+    }
+    must(pid, "fork");
+    close(sv[1]);
+    sockaddr_storage la{};
+    socklen_t ll = sizeof la;
+    int l = tcp_listener(AF_INET, &la, &ll);
+    int c = must(socket(AF_INET, SOCK_STREAM, 0), "socket");
+    int rc = -1, err = 0;
+    std::thread t([&] {
+        rc = connect(c, reinterpret_cast<const sockaddr *>(&la), ll);
+        err = errno;
+    });
+    int s = must(accept(l, nullptr, nullptr), "accept");
+    SHOW("sendmsg SCM_RIGHTS(an accepted connection)", send_fd(sv[0], s));
+    t.join();
+    errno = err;
+    SHOW("connect", rc);
+    char b[64] = {};
+    SHOW("client writes", write(c, "hello", 5));
+    SHOW("client reads", read_n(c, b, 5));
+    out("bytes = %.5s", b);
+    int st = 0;
+    must(waitpid(pid, &st, 0), "waitpid");
+    out("the child served it: %s", WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "yes" : "no");
+    SHOW("the parent closes its copy", close(s));
+    wait_for(c, POLLIN);
+    SHOW("client reads EOF", read(c, b, sizeof b));
+    close(c);
+    close(l);
+    close(sv[0]);
+    return 0;
+}
+
+// stdio on a connection: fdopen() streams both ways (fprintf, fputs, fgets, fwrite,
+// fread, fileno, fclose) and dprintf(), whose bytes the C library writes and reads by
+// its own internal calls.  6000 bytes at most unread (the 8 KiB rings' parity run).
+int sc_stdio(const Args &)
+{
+    Conn p = tcp_pair(AF_INET);
+    FILE *fo = fdopen(p.c, "w");
+    out("fdopen w: %s", fo != nullptr ? "yes" : "no");
+    if (fo == nullptr)
+        return 1;
+    out("fileno is the socket: %s", fileno(fo) == p.c ? "yes" : "no");
+    SHOW("fprintf", fprintf(fo, "line %d\n", 1));
+    out("fputs: %s", fputs("line two\n", fo) >= 0 ? "ok" : "EOF");
+    SHOW("fflush", fflush(fo));
+    FILE *fi = fdopen(p.s, "r");
+    out("fdopen r: %s", fi != nullptr ? "yes" : "no");
+    if (fi == nullptr)
+        return 1;
+    char line[64];
+    for (int i = 0; i < 2; ++i)
+        out("fgets: %s", fgets(line, sizeof line, fi) != nullptr ? strtok(line, "\n") : "(none)");
+    SHOW("dprintf", dprintf(p.s, "answer %d\n", 42));
+    char b[64] = {};
+    SHOW("client reads", read_n(p.c, b, 10));
+    out("bytes = %.9s", b);
+    std::vector<unsigned char> data(6000), got(6001);
+    for (size_t i = 0; i < data.size(); ++i)
+        data[i] = static_cast<unsigned char>(i * 7 + 3);
+    SHOW("fwrite 6000", static_cast<long>(fwrite(data.data(), 1, data.size(), fo)));
+    SHOW("fclose the client's stream", fclose(fo));
+    p.c = -1;
+    size_t n = fread(got.data(), 1, got.size(), fi);
+    out("server reads to EOF: %zu bytes, same: %s, eof: %s", n,
+        n == data.size() && memcmp(got.data(), data.data(), n) == 0 ? "yes" : "no", feof(fi) ? "yes" : "no");
+    SHOW("fclose the server's stream", fclose(fi));
+    p.s = -1;
     close_conn(p);
     return 0;
 }
@@ -2850,6 +2952,8 @@ const Scenario kScenarios[] = {
     {"close-read", sc_close_read, ""},
     {"signals", sc_signals, ""},
     {"unix", sc_unix, ""},
+    {"pass-child", sc_pass_child, ""},
+    {"stdio", sc_stdio, ""},
     {"pipe", sc_pipe, ""},
     {"udp", sc_udp, ""},
     {"closelog", sc_closelog, "[inet|inet6] [exact|eof]"},

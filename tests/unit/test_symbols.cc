@@ -14,7 +14,7 @@ std::set<std::string> listed_symbols()
 {
     std::ifstream in(RDMASOCK_SYMBOLS_DEF);
     std::set<std::string> names;
-    std::regex entry(R"(^RS_(DATA|HOOK|LOAD|SHIM|VA)\([^,]*,\s*([A-Za-z_0-9]+),)");
+    std::regex entry(R"(^RS_(DATA|CTL|HOOK|LOAD|SHIM|VA)\([^,]*,\s*([A-Za-z_0-9]+),)");
     std::string line;
     while (std::getline(in, line)) {
         std::smatch m;
