@@ -8,6 +8,7 @@
 
 #include "engine/offload.hh"
 #include "preload/hooks.hh"
+#include "preload/report.hh"
 
 namespace rdmasock::entry {
 namespace {
@@ -36,5 +37,6 @@ __attribute__((destructor(101))) void rdmasock_unload() noexcept
 extern "C" __attribute__((visibility("default"))) const rdmasock::entry::Table *
 rdmasock_engine_start() noexcept
 {
+    rdmasock::offload::set_report(rdmasock::report::open, rdmasock::report::answer);
     return &rdmasock::entry::g_table;
 }

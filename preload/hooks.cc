@@ -21,6 +21,8 @@
 #include "engine/offload.hh"
 #include "engine/readiness.hh"
 #include "include/rdmasock.h"
+#include "preload/describe.hh"
+#include "preload/report.hh"
 #include "preload/shim.hh"
 #include "process/fd_table.hh"
 #include "process/runtime.hh"
@@ -66,76 +68,28 @@ SocketRef track(int fd, int domain, int type, Role role) noexcept
     return s;
 }
 
-void format_addr(const sockaddr_storage &ss, char *out, size_t n) noexcept
-{
-    char host[INET6_ADDRSTRLEN] = "-";
-    unsigned port = 0;
-    if (ss.ss_family == AF_INET) {
-        auto *a = reinterpret_cast<const sockaddr_in *>(&ss);
-        inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-        port = ntohs(a->sin_port);
-        snprintf(out, n, "%s:%u", host, port);
-    } else if (ss.ss_family == AF_INET6) {
-        auto *a = reinterpret_cast<const sockaddr_in6 *>(&ss);
-        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-        port = ntohs(a->sin6_port);
-        snprintf(out, n, "[%s]:%u", host, port);
-    } else {
-        snprintf(out, n, "-");
-    }
-}
-
-// What the close-time log line says about a connection; gathered while its fd is open.
-struct CloseInfo {
-    bool connection = false;
-    bool never_connected = false;  // e.g. a refused nonblocking connect
-    char local[64] = "-";
-    char peer[64] = "-";
-    Counters counters;
-};
-
-CloseInfo capture(int fd, Socket &s) noexcept
-{
-    ErrnoGuard g;
-    CloseInfo ci;
-    if (!s.has_peer)
-        return ci;
-    ci.connection = true;
-    sockaddr_storage local{};
-    socklen_t len = sizeof local;
-    if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &len) == 0)
-        format_addr(local, ci.local, sizeof ci.local);
-    format_addr(s.peer, ci.peer, sizeof ci.peer);
-    ci.counters = transport_of(s).counters(fd);
-    sockaddr_storage peer{};
-    socklen_t pl = sizeof peer;
-    ci.never_connected = s.role == Role::client && !s.offloaded() &&
-                         RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&peer), &pl) != 0 &&
-                         ci.counters.bytes_sent == 0 && ci.counters.bytes_received == 0;
-    return ci;
-}
+using CloseInfo = describe::Info;
+using describe::capture;
 
 // The documented, stable close-time line (see rdmasock(7), LOGGING).
 void log_close(int fd, const Socket &s, const CloseInfo &ci) noexcept
 {
-    if (!ci.connection || !log::enabled(log::kInfo))
+    if (!ci.connection)
         return;
     if (s.transport != nullptr && s.transport->handed_off())
         return;  // (the fork child that serves it logs it)
-    Reason r = s.reason.load(std::memory_order_relaxed);
-    // Offloaded means on RDMA only once switched (an undecided server socket also takes
-    // the hooked path).
-    const bool rdma = s.offloaded() && s.transport != nullptr && s.transport->on_rdma();
-    const char *transport = rdma ? "rdma" : "tcp";
+    const bool rdma = describe::on_rdma(s);
+    const Reason why = rdma ? Reason::none : describe::reason(s, ci);
+    report::count_closed(rdma, why, ci.counters.bytes_sent, ci.counters.bytes_received);
+    if (!log::enabled(log::kInfo))
+        return;
     char reason[48] = "";
-    if (ci.never_connected)
-        r = Reason::not_connected;
     if (!rdma)
-        snprintf(reason, sizeof reason, " reason=%s", reason_code(r == Reason::none ? Reason::pending : r));
+        snprintf(reason, sizeof reason, " reason=%s", reason_code(why));
     log::write(log::kInfo,
                "event=close fd=%d role=%s local=%s peer=%s transport=%s%s bytes_sent=%llu "
                "bytes_received=%llu",
-               fd, role_name(s.role), ci.local, ci.peer, transport, reason,
+               fd, role_name(s.role), ci.local, ci.peer, rdma ? "rdma" : "tcp", reason,
                static_cast<unsigned long long>(ci.counters.bytes_sent),
                static_cast<unsigned long long>(ci.counters.bytes_received));
 }

@@ -18,6 +18,7 @@
 #include "base/reason.hh"
 #include "config/config.hh"
 #include "config/rules.hh"
+#include "tools/ss.hh"
 #include "tools/system.hh"
 
 #ifndef RDMASOCK_LIBDIR
@@ -43,6 +44,8 @@ void usage(FILE *out)
             "Usage: rdmasock [OPTIONS] PROGRAM [ARGS...]\n"
             "       rdmasock rules test PROGRAM client|server ADDRESS:PORT\n"
             "       rdmasock system enable|disable|status [--lib PATH]\n"
+            "       rdmasock ss [-a|-l] [--json] [-p PID] [--port PORT] [-t rdma|tcp] [-w SECONDS]\n"
+            "       rdmasock stat [--json] [-p PID] [-w SECONDS]\n"
             "Run PROGRAM with librdmasock.so preloaded: its TCP connections to peers that also\n"
             "run rdmasock move onto RDMA; everything else stays kernel TCP.\n"
             "\n"
@@ -56,6 +59,11 @@ void usage(FILE *out)
             "      --print-lib        print the library path that would be preloaded, and exit\n"
             "  -h, --help             show this help and exit\n"
             "  -V, --version          show the version and exit\n"
+            "\n"
+            "ss: the live connections of the processes that run the library (yours; all as\n"
+            "root) with their transport, the reason they are not on RDMA, phase and bytes;\n"
+            "stat: their totals, and the connections closed since each process started.\n"
+            "(rdmasock ss --help, rdmasock stat --help)\n"
             "\n"
             "rules test: which line of the offload rules (rdmasock.conf(5)) decides a connection\n"
             "of PROGRAM in that role whose server end is ADDRESS:PORT; exit status 0 when it may\n"
@@ -178,6 +186,10 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "rules"))
         return rules_command(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "ss"))
+        return rdmasock::tool::ss_command(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "stat"))
+        return rdmasock::tool::stat_command(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "system"))
         return rdmasock::tool::system_command(argc - 1, argv + 1, find_lib());
     std::string lib;

@@ -192,6 +192,7 @@ private:
     bool started_ = false;
     int ep_ = -1;
     int cmd_efd_ = -1;
+    int report_fd_ = -1;  // the operator's view (offload::set_report), tagged kCm with its address
     std::shared_ptr<rdma::CmChannel> cm_;
     std::vector<std::shared_ptr<rdma::Context>> devices_;  // librdmacm's, pinned for the engine's life
 };

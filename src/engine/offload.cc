@@ -164,11 +164,24 @@ void Engine::prepare() noexcept
         kits::prepare_channels(d);
 }
 
+namespace {
+int (*g_report_open)() noexcept = nullptr;
+void (*g_report_answer)(int) noexcept = nullptr;
+}  // namespace
+
+void set_report(int (*open)() noexcept, void (*answer)(int fd) noexcept) noexcept
+{
+    g_report_open = open;
+    g_report_answer = answer;
+}
+
 void Engine::close_inherited() noexcept
 {
     RS_REAL(close)(ep_);
     RS_REAL(close)(cmd_efd_);
-    ep_ = cmd_efd_ = -1;
+    if (report_fd_ >= 0)
+        RS_REAL(close)(report_fd_);
+    ep_ = cmd_efd_ = report_fd_ = -1;
     for (const Own &o : own)  // (the ports of the parent's own listeners)
         RS_REAL(close)(o.reserve_fd);
     for (const auto &kv : holder_fds_)
@@ -215,6 +228,10 @@ bool Engine::start() noexcept
     RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, cm_->fd(), &ev);
     ev.data.u64 = kCmd;
     RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, cmd_efd_, &ev);
+    if (g_report_open != nullptr && (report_fd_ = g_report_open()) >= 0) {
+        ev.data.u64 = reinterpret_cast<uint64_t>(&report_fd_) | kCm;
+        RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, report_fd_, &ev);
+    }
     // The thread must not take the program's signals.
     sigset_t all, old;
     sigfillset(&all);
@@ -289,6 +306,8 @@ void Engine::loop() noexcept
             case kCm:
                 if (c == nullptr)
                     on_cm_events();
+                else if (g_report_answer != nullptr)
+                    g_report_answer(report_fd_);  // (tagged with &report_fd_)
                 break;
             case kCmd:
                 if (c == nullptr) {

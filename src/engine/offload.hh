@@ -35,6 +35,10 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept;
 // it is declined at once.
 void on_passed(Socket &s) noexcept;
 
+// The operator's view (preload/report.hh): `open` makes its socket when the engine
+// starts, `answer` runs on the progress thread when it is readable.
+void set_report(int (*open)() noexcept, void (*answer)(int fd) noexcept) noexcept;
+
 // close() of the last fd of `s` (before the kernel close): orderly or abortive
 // teardown of an offloaded connection; a listener's RDMA side is closed.
 void on_close(int fd, Socket &s) noexcept;

@@ -1882,6 +1882,117 @@ bool wait_listener(int port, int timeout_ms)
     return false;
 }
 
+// `rdmasock ARGS...` (the launcher's subcommands) without the library; its stdout.
+std::string run_tool(const std::vector<std::string> &args, uid_t uid = static_cast<uid_t>(-1))
+{
+    std::vector<std::string> argv = {OFFLOAD_TOOL};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Proc::Options o;
+    o.pipe_out = true;
+    o.uid = uid;
+    o.gid = uid == static_cast<uid_t>(-1) ? static_cast<gid_t>(-1) : static_cast<gid_t>(uid);
+    Proc p(argv, base_env(), o);
+    if (!p.wait(10000))
+        p.kill_all();
+    return p.out();
+}
+
+// The rows of `rdmasock ss --json` (a JSON array of objects).
+std::vector<boost::property_tree::ptree> ss_rows(const std::string &json)
+{
+    std::vector<boost::property_tree::ptree> rows;
+    try {
+        boost::property_tree::ptree j;
+        std::istringstream is(json);
+        boost::property_tree::read_json(is, j);
+        for (auto &r : j)
+            rows.push_back(r.second);
+    } catch (const std::exception &) {
+    }
+    return rows;
+}
+
+// Issue 16, point 1: `rdmasock ss` lists the live connections of running programs (an
+// iperf3 server and client, both offloaded) with their transport and bytes, filters
+// them, shows another user nothing, and nothing once the programs are gone; `rdmasock
+// stat` counts them.
+void tools_ss_live()
+{
+    const std::string name = "tools/ss_live";
+    WorkDir dir;
+    dir.keep = cfg.keep;
+    int port = free_port(cfg.addr);
+    const std::string ps = std::to_string(port);
+    Proc sp({"iperf3", "-s", "-1", "-B", cfg.addr, "-p", ps}, prog_env(dir / "s.log"), dir / "s.err", dir / "s.out");
+    BOOST_REQUIRE_MESSAGE(wait_listener(port, 20000), name << ": no iperf3 listener");
+    Proc cp({"iperf3", "-c", cfg.addr, "-p", ps, "-t", "6", "-b", "20M"}, prog_env(dir / "c.log"), dir / "c.err",
+            dir / "c.out");
+    // Both processes, both connections (control and data) on RDMA, data moving.
+    std::vector<boost::property_tree::ptree> rows;
+    std::string json;
+    const double t0 = now_ms();
+    bool seen = false;
+    while (!seen && now_ms() - t0 < 5000) {
+        json = run_tool({"ss", "--json", "--port", ps});
+        rows = ss_rows(json);
+        unsigned rdma = 0, moving = 0;
+        for (auto &r : rows) {
+            rdma += r.get<std::string>("transport", "") == "rdma" && r.get<std::string>("phase", "") == "rdma";
+            moving += r.get<uint64_t>("bytes_sent", 0) > 100000 || r.get<uint64_t>("bytes_received", 0) > 100000;
+        }
+        seen = rows.size() == 4 && rdma == 4 && moving == 2;
+        if (!seen)
+            usleep(300000);
+    }
+    BOOST_CHECK_MESSAGE(seen, name << ": want 4 rows on RDMA (control and data, each end), data moving; got\n" << json);
+    unsigned server = 0, client = 0;
+    for (auto &r : rows) {
+        const int pid = r.get<int>("pid", 0);
+        BOOST_CHECK_EQUAL(r.get<std::string>("program", ""), "iperf3");
+        BOOST_CHECK_EQUAL(r.get<std::string>("reason", ""), "-");
+        if (r.get<std::string>("role", "") == "server") {
+            ++server;
+            BOOST_CHECK_EQUAL(pid, sp.pid());
+        } else if (r.get<std::string>("role", "") == "client") {
+            ++client;
+            BOOST_CHECK_EQUAL(pid, cp.pid());
+        }
+    }
+    BOOST_CHECK_MESSAGE(server == 2 && client == 2, name << ": roles\n" << json);
+    // Filters, another user, the totals, the table.
+    std::string tcp = run_tool({"ss", "--json", "--port", ps, "-t", "tcp"});
+    BOOST_CHECK_MESSAGE(ss_rows(tcp).empty() && tcp.find('[') != std::string::npos, name << ": -t tcp\n" << tcp);
+    std::string one = run_tool({"ss", "--json", "-p", std::to_string(cp.pid())});
+    BOOST_CHECK_MESSAGE(ss_rows(one).size() == 2, name << ": -p client\n" << one);
+    std::string nobody = run_tool({"ss", "--json"}, 65534);
+    BOOST_CHECK_MESSAGE(nobody.find('[') != std::string::npos && ss_rows(nobody).empty(),
+                        name << ": user nobody sees\n" << nobody);
+    std::string all = run_tool({"ss", "-a", "--port", ps});
+    BOOST_CHECK_MESSAGE(all.find("listener") != std::string::npos && all.find("TRANSPORT") != std::string::npos,
+                        name << ": ss -a (the listener, the table's header)\n" << all);
+    std::string st = run_tool({"stat", "--json", "-p", std::to_string(sp.pid())});
+    try {
+        boost::property_tree::ptree j;
+        std::istringstream is(st);
+        boost::property_tree::read_json(is, j);
+        BOOST_CHECK_EQUAL(j.get<int>("total.processes"), 1);
+        BOOST_CHECK_EQUAL(j.get<int>("total.live_rdma"), 2);
+        BOOST_CHECK(j.get<uint64_t>("total.live_bytes_received") > 100000);
+    } catch (const std::exception &e) {
+        BOOST_ERROR(name << ": stat --json: " << e.what() << "\n" << st);
+    }
+    bool c_ok = cp.wait(30000), s_ok = sp.wait(10000);
+    if (!c_ok)
+        cp.kill_all();
+    if (!s_ok)
+        sp.kill_all();
+    BOOST_CHECK_MESSAGE(c_ok && s_ok && cp.exit_code() == 0 && sp.exit_code() == 0, name << ": iperf3 failed\n"
+                                                                                    << read_file(dir / "c.err"));
+    std::string after = run_tool({"ss", "--json", "--port", ps});
+    BOOST_CHECK_MESSAGE(after.find('[') != std::string::npos && ss_rows(after).empty(),
+                        name << ": the programs are gone, yet\n" << after);
+}
+
 void program_iperf3(const std::string &variant, const std::vector<std::string> &flags, int streams,
                     bool async = false)
 {
@@ -2821,6 +2932,7 @@ bool init_tests()
     add(prog, "iperf3_bidir", [] { program_iperf3("bidir", {"--bidir"}, 2); });
     // The default, asynchronous switch: 200 MB, the data connection switches mid-stream.
     add(prog, "iperf3_async", [] { program_iperf3("async", {}, 1, true); });
+    add(prog, "tools_ss_live", tools_ss_live);
     for (int c : {1, 8})
         add(prog, "redis_c" + std::to_string(c), [c] { program_redis(c); });
     add(prog, "redis_bgsave", program_redis_bgsave);

@@ -1,0 +1,63 @@
+#include "preload/describe.hh"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstdio>
+#include <netinet/in.h>
+
+#include "base/real.hh"
+
+namespace rdmasock::describe {
+
+void format_addr(const sockaddr_storage &ss, char *out, size_t n) noexcept
+{
+    char host[INET6_ADDRSTRLEN] = "-";
+    if (ss.ss_family == AF_INET) {
+        auto *a = reinterpret_cast<const sockaddr_in *>(&ss);
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+        snprintf(out, n, "%s:%u", host, static_cast<unsigned>(ntohs(a->sin_port)));
+    } else if (ss.ss_family == AF_INET6) {
+        auto *a = reinterpret_cast<const sockaddr_in6 *>(&ss);
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+        snprintf(out, n, "[%s]:%u", host, static_cast<unsigned>(ntohs(a->sin6_port)));
+    } else {
+        snprintf(out, n, "-");
+    }
+}
+
+Info capture(int fd, Socket &s) noexcept
+{
+    const int saved = errno;
+    Info ci;
+    if (!s.has_peer)
+        return ci;
+    ci.connection = true;
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &len) == 0)
+        format_addr(local, ci.local, sizeof ci.local);
+    format_addr(s.peer, ci.peer, sizeof ci.peer);
+    ci.counters = s.transport != nullptr ? s.transport->counters(fd) : kernel_tcp().counters(fd);
+    sockaddr_storage peer{};
+    socklen_t pl = sizeof peer;
+    ci.never_connected = s.role == Role::client && !s.offloaded() &&
+                         RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&peer), &pl) != 0 &&
+                         ci.counters.bytes_sent == 0 && ci.counters.bytes_received == 0;
+    errno = saved;
+    return ci;
+}
+
+// Offloaded means on RDMA only once switched (an undecided server socket also takes the
+// hooked path).
+bool on_rdma(const Socket &s) noexcept
+{
+    return s.offloaded() && s.transport != nullptr && s.transport->on_rdma();
+}
+
+Reason reason(const Socket &s, const Info &ci) noexcept
+{
+    const Reason r = ci.never_connected ? Reason::not_connected : s.reason.load(std::memory_order_relaxed);
+    return r == Reason::none ? Reason::pending : r;
+}
+
+}  // namespace rdmasock::describe
