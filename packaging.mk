@@ -80,7 +80,8 @@ check-packages:
 	dpkg -c "$$deb" | awk '{ print $$6 }' | sed 's|^\./|/|' >"$$tmp/deb.files"; \
 	for f in "/usr/lib/$$multiarch/rdmasock/librdmasock\.so" \
 	         "/usr/lib/$$multiarch/rdmasock/librdmasock_engine\.so" /usr/bin/rdmasock \
-	         '/usr/share/man/man1/rdmasock\.1\.gz' '/usr/share/man/man7/rdmasock\.7\.gz'; do \
+	         '/usr/share/man/man1/rdmasock\.1\.gz' '/usr/share/man/man7/rdmasock\.7\.gz' \
+	         '/etc/security/limits\.d/30-rdmasock-limits\.conf' '/usr/share/rdmasock/rdmasock-service\.conf'; do \
 	  has "$$f" "$$tmp/deb.files" "the .deb (dpkg -c)"; done; \
 	! grep '\.la$$' "$$tmp/deb.files" || fail "the .deb has a libtool .la file"; \
 	dpkg -x "$$deb" "$$tmp/deb-root"; \
@@ -103,7 +104,8 @@ check-packages:
 	libdir=$$(rpm --eval '%{_libdir}'); bindir=$$(rpm --eval '%{_bindir}'); \
 	mandir=$$(rpm --eval '%{_mandir}'); \
 	for f in "$$libdir/rdmasock/librdmasock\.so" "$$libdir/rdmasock/librdmasock_engine\.so" \
-	         "$$bindir/rdmasock" \
+	         "$$bindir/rdmasock" "$$(rpm --eval '%{_sysconfdir}')/security/limits\.d/30-rdmasock-limits\.conf" \
+	         "$$(rpm --eval '%{_datadir}')/rdmasock/rdmasock-service\.conf" \
 	         "$$mandir/man1/rdmasock\.1(\.gz|\.bz2|\.xz|\.zst)?" \
 	         "$$mandir/man7/rdmasock\.7(\.gz|\.bz2|\.xz|\.zst)?"; do \
 	  has "$$f" "$$tmp/rpm.files" "the .rpm (rpm -qlp)"; done; \

@@ -1,29 +1,12 @@
 #include "preload/describe.hh"
 
-#include <arpa/inet.h>
 #include <cerrno>
 #include <cstdio>
-#include <netinet/in.h>
 
+#include "base/addr.hh"
 #include "base/real.hh"
 
 namespace rdmasock::describe {
-
-void format_addr(const sockaddr_storage &ss, char *out, size_t n) noexcept
-{
-    char host[INET6_ADDRSTRLEN] = "-";
-    if (ss.ss_family == AF_INET) {
-        auto *a = reinterpret_cast<const sockaddr_in *>(&ss);
-        inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-        snprintf(out, n, "%s:%u", host, static_cast<unsigned>(ntohs(a->sin_port)));
-    } else if (ss.ss_family == AF_INET6) {
-        auto *a = reinterpret_cast<const sockaddr_in6 *>(&ss);
-        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-        snprintf(out, n, "[%s]:%u", host, static_cast<unsigned>(ntohs(a->sin6_port)));
-    } else {
-        snprintf(out, n, "-");
-    }
-}
 
 Info capture(int fd, Socket &s) noexcept
 {
@@ -35,8 +18,8 @@ Info capture(int fd, Socket &s) noexcept
     sockaddr_storage local{};
     socklen_t len = sizeof local;
     if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &len) == 0)
-        format_addr(local, ci.local, sizeof ci.local);
-    format_addr(s.peer, ci.peer, sizeof ci.peer);
+        util::format_addr(local, ci.local, sizeof ci.local);
+    util::format_addr(s.peer, ci.peer, sizeof ci.peer);
     ci.counters = s.transport != nullptr ? s.transport->counters(fd) : kernel_tcp().counters(fd);
     sockaddr_storage peer{};
     socklen_t pl = sizeof peer;

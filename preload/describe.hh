@@ -11,9 +11,6 @@
 
 namespace rdmasock::describe {
 
-// "ADDR:PORT", "[ADDR6]:PORT", or "-".
-void format_addr(const sockaddr_storage &ss, char *out, size_t n) noexcept;
-
 // A connection as it stands; gathered while its fd is open.
 struct Info {
     bool connection = false;       // it has a peer (listeners and unconnected sockets not)

@@ -31,6 +31,12 @@ int ioctl(int fd, unsigned long request, void *arg) noexcept;
 // library closes itself: fclose).
 void before_close(int fd) noexcept;
 
+// The library's stdio streams (preload/stdio.cc): flushed at exit before the
+// connections close (the C library flushes its streams only after that); the set's lock
+// made anew in a fork child.
+void flush_streams() noexcept;
+void streams_after_fork_child() noexcept;
+
 // At exit: close the connections whose close() was handed to calls still blocked.
 void finish_deferred_at_exit() noexcept;
 // At exit: the close line of every connection the program left open (the kernel closes

@@ -11,6 +11,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "base/addr.hh"
+#include "base/credmsg.hh"
 #include "base/fd.hh"
 #include "base/real.hh"
 #include "config.h"
@@ -36,24 +38,27 @@ socklen_t name_of(pid_t pid, sockaddr_un *a) noexcept
     return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + static_cast<size_t>(n));
 }
 
-// Sends `text` to `to` in datagrams of whole lines (at most kChunk bytes each).  A reader
-// that does not keep up for half a second gets the rest no more.
+// Sends `text` to `to` in datagrams of whole lines (at most kChunk bytes each).  The
+// progress thread waits at most kSendBudgetMs in all for a reader that does not keep up;
+// then the rest of that answer is dropped.
 constexpr size_t kChunk = 16384;
+constexpr int kSendBudgetMs = 100;
 
-bool send_chunk(int fd, const char *p, size_t n, const sockaddr_un &to, socklen_t tolen) noexcept
+bool send_chunk(int fd, const char *p, size_t n, const sockaddr_un &to, socklen_t tolen, int &budget_ms) noexcept
 {
-    for (int tries = 0; tries < 500; ++tries) {
+    for (;;) {
         if (RS_REAL(sendto)(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<const sockaddr *>(&to), tolen) >= 0)
             return true;
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS)
+        if ((errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) || budget_ms <= 0)
             return false;
         usleep(1000);
+        --budget_ms;
     }
-    return false;
 }
 
 void send_text(int fd, const std::string &text, const sockaddr_un &to, socklen_t tolen) noexcept
 {
+    int budget_ms = kSendBudgetMs;
     size_t at = 0;
     while (at < text.size()) {
         size_t n = text.size() - at;
@@ -63,11 +68,11 @@ void send_text(int fd, const std::string &text, const sockaddr_un &to, socklen_t
             if (nl != std::string::npos && nl >= at)
                 n = nl + 1 - at;
         }
-        if (!send_chunk(fd, text.data() + at, n, to, tolen))
+        if (!send_chunk(fd, text.data() + at, n, to, tolen, budget_ms))
             return;
         at += n;
     }
-    send_chunk(fd, "end\n", 4, to, tolen);
+    send_chunk(fd, "end\n", 4, to, tolen, budget_ms);
 }
 
 void append(std::string &out, const char *fmt, ...) noexcept __attribute__((format(printf, 2, 3)));
@@ -106,7 +111,7 @@ std::string describe_process() noexcept
                 sockaddr_storage ss{};
                 socklen_t len = sizeof ss;
                 if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&ss), &len) == 0)
-                    describe::format_addr(ss, local, sizeof local);
+                    util::format_addr(ss, local, sizeof local);
                 append(out, "socket fd=%d role=listener local=%s peer=- transport=%s reason=%s phase=listen "
                             "bytes_sent=0 bytes_received=0\n",
                        fd, local, s->listener ? "rdma" : "tcp",
@@ -153,30 +158,19 @@ int open() noexcept
 void answer(int fd) noexcept
 {
     const int saved = errno;
-    for (;;) {
+    // A few requests per wake-up: the progress thread has connections to serve (the
+    // socket stays readable, so the loop comes back for the rest).
+    for (int i = 0; i < 4; ++i) {
         char req[64];
-        iovec v{req, sizeof req};
-        alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(ucred))];
-        sockaddr_un from{};
-        msghdr m{};
-        m.msg_name = &from;
-        m.msg_namelen = sizeof from;
-        m.msg_iov = &v;
-        m.msg_iovlen = 1;
-        m.msg_control = cbuf;
-        m.msg_controllen = sizeof cbuf;
-        if (RS_REAL(recvmsg)(fd, &m, MSG_DONTWAIT) < 0)
+        util::CredMsg q(req, sizeof req);
+        if (RS_REAL(recvmsg)(fd, &q.m, MSG_DONTWAIT) < 0)
             break;
-        const ucred *cred = nullptr;
-        for (cmsghdr *cm = CMSG_FIRSTHDR(&m); cm != nullptr; cm = CMSG_NXTHDR(&m, cm))
-            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS &&
-                cm->cmsg_len >= CMSG_LEN(sizeof(ucred)))
-                cred = reinterpret_cast<const ucred *>(CMSG_DATA(cm));
+        const ucred *cred = q.cred();
         // Only the process's own user, or root; and only to an address to answer to.
         if (cred == nullptr || (cred->uid != 0 && cred->uid != geteuid() && cred->uid != getuid()) ||
-            m.msg_namelen <= offsetof(sockaddr_un, sun_path))
+            q.m.msg_namelen <= offsetof(sockaddr_un, sun_path))
             continue;
-        send_text(fd, describe_process(), from, m.msg_namelen);
+        send_text(fd, describe_process(), q.from, q.m.msg_namelen);
     }
     errno = saved;
 }

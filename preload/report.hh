@@ -18,7 +18,7 @@ constexpr char kNamePrefix[] = "rdmasock/";
 
 // The socket (engine start, the program's thread; moved high), or -1.
 int open() noexcept;
-// It is readable (progress thread): answer every request waiting.
+// It is readable (progress thread): answer a few of the requests waiting.
 void answer(int fd) noexcept;
 
 // A connection's close, for the totals (log_close, before its log-level check).

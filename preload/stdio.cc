@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <set>
+#include <vector>
 
 #include "base/real.hh"
 #include "preload/hooks.hh"
@@ -88,35 +90,101 @@ FILE *fdopen(int fd, const char *mode) noexcept
     return open_stream(fd, mode);
 }
 
-int fclose(FILE *fp) noexcept
+namespace {
+// Takes `fp` out of the library's streams; true when it was one.
+bool forget_stream(FILE *fp) noexcept
 {
-    if (fp == nullptr)
-        return RS_REAL(fclose)(fp);
-    {
-        std::lock_guard<std::mutex> lk(g_mu);
-        if (g_streams != nullptr && g_streams->erase(fp) != 0)
-            return RS_REAL(fclose)(fp);  // flushes and closes through write() and close()
-    }
-    // A stream of the C library's on a socket the library tracks (one that never was
-    // offloaded, or no longer is): its close is the C library's own, after the flush.
+    std::lock_guard<std::mutex> lk(g_mu);
+    return g_streams != nullptr && g_streams->erase(fp) != 0;
+}
+
+// A stream of the C library's (not one of ours) is about to close its number itself:
+// flushed first (to the kernel: the library does not offload that socket, or no longer),
+// then the library's close bookkeeping.
+void before_stream_close(FILE *fp) noexcept
+{
     const int fd = fileno(fp);
     if (fd >= 0 && fdt::peek(fd) != nullptr) {
         fflush(fp);
         before_close(fd);
     }
-    return RS_REAL(fclose)(fp);
+}
+}  // namespace
+
+int fclose(FILE *fp) noexcept
+{
+    if (fp != nullptr && !forget_stream(fp))
+        before_stream_close(fp);
+    return RS_REAL(fclose)(fp);  // ours: flushes and closes through write() and close()
 }
 
 namespace {
-// dprintf's text, formatted, written with write() (the C library's goes round it).
+// freopen() closes the stream's number itself (or dup3()s the new file onto it): for one
+// of ours, flushed through write() first, then closed as close() closes it.
+void before_reopen(FILE *fp) noexcept
+{
+    if (fp == nullptr)
+        return;
+    if (forget_stream(fp))
+        fflush(fp);
+    before_stream_close(fp);
+}
+}  // namespace
+
+FILE *freopen(const char *path, const char *mode, FILE *fp) noexcept
+{
+    before_reopen(fp);
+    return RS_REAL(freopen)(path, mode, fp);
+}
+
+FILE *freopen64(const char *path, const char *mode, FILE *fp) noexcept
+{
+    before_reopen(fp);
+    return RS_REAL(freopen64)(path, mode, fp);
+}
+
+void flush_streams() noexcept
+{
+    std::vector<FILE *> all;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        if (g_streams == nullptr)
+            return;
+        try {
+            all.assign(g_streams->begin(), g_streams->end());
+        } catch (...) {
+            return;
+        }
+    }
+    for (FILE *fp : all)
+        fflush(fp);
+}
+
+void streams_after_fork_child() noexcept { new (&g_mu) std::mutex(); }
+
+namespace {
+// dprintf's text, formatted, written with write() (the C library's goes round it).  On
+// the stack when it fits (no allocation for a short line: a signal handler's dprintf).
 int print_to_socket(int fd, const char *format, va_list ap) noexcept
 {
-    char *text = nullptr;
-    const int n = vasprintf(&text, format, ap);
-    if (n < 0)
-        return n;
+    char small[1024];
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(small, sizeof small, format, ap);
+    char *text = small;
+    if (n >= static_cast<int>(sizeof small)) {
+        text = static_cast<char *>(malloc(static_cast<size_t>(n) + 1));
+        n = text == nullptr ? -1 : vsnprintf(text, static_cast<size_t>(n) + 1, format, again);
+    }
+    va_end(again);
+    if (n < 0) {
+        if (text != small)
+            free(text);
+        return -1;
+    }
     const ssize_t w = stream_write(reinterpret_cast<void *>(static_cast<intptr_t>(fd)), text, static_cast<size_t>(n));
-    free(text);
+    if (text != small)
+        free(text);
     return w == n ? n : -1;
 }
 }  // namespace

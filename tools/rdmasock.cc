@@ -18,6 +18,7 @@
 #include "base/reason.hh"
 #include "config/config.hh"
 #include "config/rules.hh"
+#include "tools/check.hh"
 #include "tools/ss.hh"
 #include "tools/system.hh"
 
@@ -46,6 +47,8 @@ void usage(FILE *out)
             "       rdmasock system enable|disable|status [--lib PATH]\n"
             "       rdmasock ss [-a|-l] [--json] [-p PID] [--port PORT] [-t rdma|tcp] [-w SECONDS]\n"
             "       rdmasock stat [--json] [-p PID] [-w SECONDS]\n"
+            "       rdmasock check [--json] HOST:PORT\n"
+            "       rdmasock doctor [--json]\n"
             "Run PROGRAM with librdmasock.so preloaded: its TCP connections to peers that also\n"
             "run rdmasock move onto RDMA; everything else stays kernel TCP.\n"
             "\n"
@@ -63,7 +66,9 @@ void usage(FILE *out)
             "ss: the live connections of the processes that run the library (yours; all as\n"
             "root) with their transport, the reason they are not on RDMA, phase and bytes;\n"
             "stat: their totals, and the connections closed since each process started.\n"
-            "(rdmasock ss --help, rdmasock stat --help)\n"
+            "check: would a connection to HOST:PORT go over RDMA (one is made), and if not why\n"
+            "and what to do; doctor: this machine's devices, ports, addresses and limits.\n"
+            "(rdmasock ss --help, rdmasock stat --help, rdmasock check, rdmasock doctor --help)\n"
             "\n"
             "rules test: which line of the offload rules (rdmasock.conf(5)) decides a connection\n"
             "of PROGRAM in that role whose server end is ADDRESS:PORT; exit status 0 when it may\n"
@@ -190,6 +195,10 @@ int main(int argc, char **argv)
         return rdmasock::tool::ss_command(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "stat"))
         return rdmasock::tool::stat_command(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "check"))
+        return rdmasock::tool::check_command(argc - 1, argv + 1, find_lib());
+    if (argc > 1 && !strcmp(argv[1], "doctor"))
+        return rdmasock::tool::doctor_command(argc - 1, argv + 1, find_lib());
     if (argc > 1 && !strcmp(argv[1], "system"))
         return rdmasock::tool::system_command(argc - 1, argv + 1, find_lib());
     std::string lib;

@@ -3,6 +3,7 @@
 // asks them all at once, and prints what they answer within the time.
 #include "tools/ss.hh"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -20,6 +21,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include <vector>
+
+#include "base/credmsg.hh"
 
 namespace rdmasock::tool {
 
@@ -54,13 +57,14 @@ std::vector<pid_t> library_processes()
     return pids;
 }
 
-// Mine to see: my own user's, or everyone's as root (the library checks it too).
-bool visible(pid_t pid)
+// Likely to answer: my own user's process, or any as root (the library decides; this
+// only says whose answers are worth waiting for).
+bool likely_mine(pid_t pid)
 {
     struct stat st{};
     if (stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0)
         return false;
-    return geteuid() == 0 || st.st_uid == geteuid();
+    return geteuid() == 0 || st.st_uid == geteuid() || st.st_uid == getuid();
 }
 
 Fields parse_fields(const std::string &line, size_t from)
@@ -90,36 +94,46 @@ std::map<pid_t, Process> ask(const std::vector<pid_t> &pids, int timeout_ms)
         close(fd);
         return out;
     }
-    int asked = 0;
+    // Every process is asked (the library answers only its user or root); the wait ends
+    // when the likely ones have answered, and a moment after.
+    int expected = 0;
     for (pid_t pid : pids) {
-        if (!visible(pid))
-            continue;
         sockaddr_un to{};
         to.sun_family = AF_UNIX;
         int n = snprintf(to.sun_path + 1, sizeof to.sun_path - 1, "%s%d", kPrefix + 1, static_cast<int>(pid));
         socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + static_cast<size_t>(n));
         if (sendto(fd, "list\n", 5, MSG_DONTWAIT, reinterpret_cast<sockaddr *>(&to), len) == 5) {
             out[pid];
-            ++asked;
+            expected += likely_mine(pid) ? 1 : 0;
         }
     }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     int done = 0;
+    bool grace = false;
     std::vector<char> buf(65536);
-    while (done < asked) {
+    for (;;) {
+        if (done >= expected && !grace) {
+            grace = true;  // the others, which should not answer: a moment more
+            deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+        }
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
         pollfd p{fd, POLLIN, 0};
         if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0)
             break;
-        sockaddr_un from{};
-        socklen_t fl = sizeof from;
-        ssize_t n = recvfrom(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr *>(&from), &fl);
-        if (n <= 0 || fl <= offsetof(sockaddr_un, sun_path) + 1 || from.sun_path[0] != '\0')
+        util::CredMsg r(buf.data(), buf.size());
+        ssize_t n = recvmsg(fd, &r.m, 0);
+        const size_t namelen = r.abstract_len();
+        if (n <= 0 || namelen == 0)
             continue;
-        const std::string name(from.sun_path + 1, fl - offsetof(sockaddr_un, sun_path) - 1);
+        const std::string name(r.from.sun_path + 1, namelen);
         if (name.compare(0, sizeof kPrefix - 2, kPrefix + 1) != 0)
             continue;
         const pid_t pid = static_cast<pid_t>(atoi(name.c_str() + sizeof kPrefix - 2));
+        // Anyone can bind a name: only the process the name says answers for it (the
+        // kernel's credentials on the datagram).
+        const ucred *cred = r.cred();
+        if (cred == nullptr || cred->pid != pid)
+            continue;
         auto it = out.find(pid);
         if (it == out.end() || it->second.complete)
             continue;
@@ -128,7 +142,7 @@ std::map<pid_t, Process> ask(const std::vector<pid_t> &pids, int timeout_ms)
         while (std::getline(is, line)) {
             if (line == "end") {
                 it->second.complete = true;
-                ++done;
+                done += likely_mine(pid) ? 1 : 0;
             } else if (line.compare(0, 8, "process ") == 0) {
                 it->second.info = parse_fields(line, 8);
             } else if (line.compare(0, 7, "socket ") == 0) {
@@ -177,10 +191,18 @@ std::string json_obj(const Fields &f, const std::string &extra = "")
     return o + "}";
 }
 
+// A field's value for the table: control characters (a program's name is the
+// program's to choose) shown as '?'.
 std::string get(const Fields &f, const char *k)
 {
     auto it = f.find(k);
-    return it == f.end() ? "-" : it->second;
+    if (it == f.end())
+        return "-";
+    std::string v = it->second;
+    for (char &c : v)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+            c = '?';
+    return v;
 }
 
 unsigned port_of(const std::string &addr)

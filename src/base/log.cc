@@ -16,6 +16,41 @@ std::atomic<int> g_level{kWarn};
 
 namespace {
 std::atomic<int> g_fd{STDERR_FILENO};
+// RDMASOCK_LOG_FILE when it names the process (%p): a fork child opens its own.
+char g_pattern[512] = "";
+
+// The log file's name: `pattern` with each %p replaced by the process id (%% is %).
+void expand(const char *pattern, char *out, size_t n) noexcept
+{
+    size_t o = 0;
+    for (const char *p = pattern; *p != '\0' && o + 1 < n; ++p) {
+        if (p[0] == '%' && (p[1] == 'p' || p[1] == '%')) {
+            char pid[16];
+            const char *s = p[1] == '%' ? "%" : pid;
+            if (p[1] == 'p')
+                snprintf(pid, sizeof pid, "%d", static_cast<int>(getpid()));
+            for (; *s != '\0' && o + 1 < n; ++s)
+                out[o++] = *s;
+            ++p;
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o] = '\0';
+}
+
+void open_file(const char *pattern) noexcept
+{
+    char file[sizeof g_pattern + 16];
+    expand(pattern, file, sizeof file);
+    int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        g_fd.store(util::move_high(fd), std::memory_order_relaxed);
+    } else {
+        g_fd.store(STDERR_FILENO, std::memory_order_relaxed);
+        write(kWarn, "cannot open log file %s: %s; logging to standard error", file, strerror(errno));
+    }
+}
 
 void write_all(int fd, const char *p, size_t n) noexcept
 {
@@ -38,12 +73,9 @@ void configure(int level, const char *file) noexcept
     if (file == nullptr || *file == '\0')
         return;
     int saved = errno;
-    int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-        g_fd.store(util::move_high(fd), std::memory_order_relaxed);
-    } else {
-        write(kWarn, "cannot open log file %s: %s; logging to standard error", file, strerror(errno));
-    }
+    if (strstr(file, "%p") != nullptr && strlen(file) < sizeof g_pattern)
+        snprintf(g_pattern, sizeof g_pattern, "%s", file);
+    open_file(file);
     errno = saved;
 }
 
@@ -79,6 +111,18 @@ void on_fds_closed(unsigned first, unsigned last) noexcept
         g_fd.compare_exchange_strong(fd, STDERR_FILENO, std::memory_order_relaxed);
 }
 
-void after_fork_child() noexcept {}
+// A log file named by the process id: the child's is its own (the parent's stays open
+// in the parent only).
+void after_fork_child() noexcept
+{
+    if (g_pattern[0] == '\0')
+        return;
+    int saved = errno;
+    int old = g_fd.load(std::memory_order_relaxed);
+    open_file(g_pattern);
+    if (old != STDERR_FILENO && old >= 0 && old != g_fd.load(std::memory_order_relaxed))
+        RS_REAL(close)(old);
+    errno = saved;
+}
 
 }  // namespace rdmasock::log

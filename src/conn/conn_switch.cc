@@ -3,6 +3,7 @@
 
 #include <cerrno>
 
+#include "base/addr.hh"
 #include "base/log.hh"
 #include "base/real.hh"
 #include "conn/windows.hh"
@@ -267,6 +268,25 @@ void Conn::enter_rdma_locked(Switchover::Event e, int lowat) noexcept
         sock_->reason.store(Reason::none, std::memory_order_relaxed);
     rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
     up_.switched_to_rdma(tcp_fd_, *this);
+    if (log::enabled(log::kInfo))
+        log_switch_locked();
+}
+
+void Conn::log_switch_locked() const noexcept
+{
+    char local[64] = "-", peer[64] = "-";
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    const int saved = errno;
+    if (RS_REAL(getsockname)(tcp_fd_, reinterpret_cast<sockaddr *>(&ss), &len) == 0)
+        util::format_addr(ss, local, sizeof local);
+    errno = saved;
+    if (sock_ != nullptr)
+        util::format_addr(sock_->peer, peer, sizeof peer);
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - made_).count();
+    log::write(log::kInfo, "event=switch fd=%d role=%s local=%s peer=%s setup_us=%lld tcp_bytes_sent=%llu tcp_bytes_received=%llu",
+               tcp_fd_, side_ == Side::client ? "client" : "server", local, peer, static_cast<long long>(us),
+               static_cast<unsigned long long>(sw_.tcp_sent()), static_cast<unsigned long long>(sw_.tcp_read()));
 }
 
 void Conn::enter_rdma_broken_locked(const char *why) noexcept

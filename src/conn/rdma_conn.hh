@@ -360,6 +360,9 @@ private:
     } tcp_;
     bool closed_ = false;  // the TCP fd is closed (its number may be reused)
     Counters counters_;
+    const Clock::time_point made_ = Clock::now();  // connect() or accept(): the switch line's setup time
+    // The info-level line of the switch (rdmasock(7), LOGGING).
+    void log_switch_locked() const noexcept;
 };
 
 }  // namespace rdmasock

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <map>
@@ -17,6 +18,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <string>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -26,6 +28,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "config.h"
 #include "base/copy.hh"
 #include "base/fd.hh"
 #include "base/log.hh"
@@ -188,6 +191,39 @@ void Engine::close_inherited() noexcept
         RS_REAL(close)(kv.second);
 }
 
+namespace {
+// The info-level start line (rdmasock(7), LOGGING): what this process's engine found.
+void log_start(const std::vector<std::shared_ptr<rdma::Context>> &devices) noexcept
+{
+    std::string ports;
+    try {
+        for (const auto &d : devices) {
+            ibv_device_attr attr{};
+            if (ibv_query_device(d->get(), &attr) != 0)
+                continue;
+            for (uint8_t port = 1; port <= attr.phys_port_cnt; ++port) {
+                ibv_port_attr pa{};
+                const bool up = ibv_query_port(d->get(), port, &pa) == 0 && pa.state == IBV_PORT_ACTIVE;
+                ports += (ports.empty() ? "" : ",") + std::string(ibv_get_device_name(d->get()->device)) + ":" +
+                         std::to_string(port) + (up ? ":active" : ":down");
+            }
+        }
+    } catch (...) {
+    }
+    rlimit rl{};
+    char memlock[32] = "unknown";
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+        if (rl.rlim_cur == RLIM_INFINITY)
+            snprintf(memlock, sizeof memlock, "unlimited");
+        else
+            snprintf(memlock, sizeof memlock, "%llu", static_cast<unsigned long long>(rl.rlim_cur / 1024));
+    }
+    log::write(log::kInfo, "event=start version=%s program=%s ports=%s ring_kb=%lu memlock_kb=%s connect_wait=%d",
+               PACKAGE_VERSION, program_invocation_short_name, ports.empty() ? "none" : ports.c_str(),
+               (1ul << ring_log2()) / 1024, memlock, rt::config().connect_wait ? 1 : 0);
+}
+}  // namespace
+
 bool Engine::start() noexcept
 {
     if (!rdma::dl::load())  // rdma-core, from the first connection that may be offloaded
@@ -222,6 +258,8 @@ bool Engine::start() noexcept
     if (access("/run/ibacm.sock", F_OK) != 0 && access("/run/ibacm.port", F_OK) != 0)
         prime_route_resolution();
     prepare();
+    if (log::enabled(log::kInfo))
+        log_start(devices_);
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = kCm;

@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <sys/stat.h>
@@ -1897,19 +1898,31 @@ std::string run_tool(const std::vector<std::string> &args, uid_t uid = static_ca
     return p.out();
 }
 
-// The rows of `rdmasock ss --json` (a JSON array of objects).
-std::vector<boost::property_tree::ptree> ss_rows(const std::string &json)
+// The rows of `rdmasock ss --json` (a JSON array of objects); *ok false when it is not
+// JSON at all.
+std::vector<boost::property_tree::ptree> ss_rows(const std::string &json, bool *ok = nullptr)
 {
     std::vector<boost::property_tree::ptree> rows;
+    bool parsed = false;
     try {
         boost::property_tree::ptree j;
         std::istringstream is(json);
         boost::property_tree::read_json(is, j);
         for (auto &r : j)
             rows.push_back(r.second);
+        parsed = true;
     } catch (const std::exception &) {
     }
+    if (ok != nullptr)
+        *ok = parsed;
     return rows;
+}
+
+// `rdmasock ss --json ARGS...` printed an empty array (JSON, no row).
+bool ss_empty(const std::string &json)
+{
+    bool ok = false;
+    return ss_rows(json, &ok).empty() && ok;
 }
 
 // Issue 16, point 1: `rdmasock ss` lists the live connections of running programs (an
@@ -1925,7 +1938,7 @@ void tools_ss_live()
     const std::string ps = std::to_string(port);
     Proc sp({"iperf3", "-s", "-1", "-B", cfg.addr, "-p", ps}, prog_env(dir / "s.log"), dir / "s.err", dir / "s.out");
     BOOST_REQUIRE_MESSAGE(wait_listener(port, 20000), name << ": no iperf3 listener");
-    Proc cp({"iperf3", "-c", cfg.addr, "-p", ps, "-t", "6", "-b", "20M"}, prog_env(dir / "c.log"), dir / "c.err",
+    Proc cp({"iperf3", "-c", cfg.addr, "-p", ps, "-t", "12", "-b", "20M"}, prog_env(dir / "c.log"), dir / "c.err",
             dir / "c.out");
     // Both processes, both connections (control and data) on RDMA, data moving.
     std::vector<boost::property_tree::ptree> rows;
@@ -1961,12 +1974,12 @@ void tools_ss_live()
     BOOST_CHECK_MESSAGE(server == 2 && client == 2, name << ": roles\n" << json);
     // Filters, another user, the totals, the table.
     std::string tcp = run_tool({"ss", "--json", "--port", ps, "-t", "tcp"});
-    BOOST_CHECK_MESSAGE(ss_rows(tcp).empty() && tcp.find('[') != std::string::npos, name << ": -t tcp\n" << tcp);
+    BOOST_CHECK_MESSAGE(ss_empty(tcp), name << ": -t tcp\n" << tcp);
     std::string one = run_tool({"ss", "--json", "-p", std::to_string(cp.pid())});
     BOOST_CHECK_MESSAGE(ss_rows(one).size() == 2, name << ": -p client\n" << one);
+    // (The tool asks every process; the library answers only its own user or root.)
     std::string nobody = run_tool({"ss", "--json"}, 65534);
-    BOOST_CHECK_MESSAGE(nobody.find('[') != std::string::npos && ss_rows(nobody).empty(),
-                        name << ": user nobody sees\n" << nobody);
+    BOOST_CHECK_MESSAGE(ss_empty(nobody), name << ": user nobody sees\n" << nobody);
     std::string all = run_tool({"ss", "-a", "--port", ps});
     BOOST_CHECK_MESSAGE(all.find("listener") != std::string::npos && all.find("TRANSPORT") != std::string::npos,
                         name << ": ss -a (the listener, the table's header)\n" << all);
@@ -1981,16 +1994,83 @@ void tools_ss_live()
     } catch (const std::exception &e) {
         BOOST_ERROR(name << ": stat --json: " << e.what() << "\n" << st);
     }
-    bool c_ok = cp.wait(30000), s_ok = sp.wait(10000);
+    bool c_ok = cp.wait(40000), s_ok = sp.wait(10000);
     if (!c_ok)
         cp.kill_all();
     if (!s_ok)
         sp.kill_all();
     BOOST_CHECK_MESSAGE(c_ok && s_ok && cp.exit_code() == 0 && sp.exit_code() == 0, name << ": iperf3 failed\n"
                                                                                     << read_file(dir / "c.err"));
+    // The info-level lines of the engine's start and of each switch (rdmasock(7), LOGGING).
+    for (const char *side : {"s", "c"}) {
+        const std::string log = read_file(dir / (std::string(side) + ".log"));
+        static const std::regex start_re(R"(info: event=start version=\S+ program=iperf3 ports=\S*:active\S* ring_kb=\d+ memlock_kb=(\d+|unlimited) connect_wait=1)");
+        static const std::regex switch_re(R"(info: event=switch fd=\d+ role=(client|server) local=\S+ peer=\S+ setup_us=\d+ tcp_bytes_sent=\d+ tcp_bytes_received=\d+)");
+        const auto n_switch = std::distance(std::sregex_iterator(log.begin(), log.end(), switch_re), std::sregex_iterator());
+        BOOST_CHECK_MESSAGE(std::regex_search(log, start_re) && n_switch == 2,
+                            name << ": want an event=start line and 2 event=switch lines in the " << side << " log\n" << log);
+    }
     std::string after = run_tool({"ss", "--json", "--port", ps});
-    BOOST_CHECK_MESSAGE(after.find('[') != std::string::npos && ss_rows(after).empty(),
-                        name << ": the programs are gone, yet\n" << after);
+    BOOST_CHECK_MESSAGE(ss_empty(after), name << ": the programs are gone, yet\n" << after);
+}
+
+// The exit status of `rdmasock ARGS...` and its stdout.
+int run_tool_status(const std::vector<std::string> &args, std::string *out)
+{
+    std::vector<std::string> argv = {OFFLOAD_TOOL};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Proc::Options o;
+    o.pipe_out = true;
+    Proc p(argv, base_env(), o);
+    if (!p.wait(30000))
+        p.kill_all();
+    *out = p.out();
+    return p.exit_code();
+}
+
+// Issue 16, point 4: `rdmasock check HOST:PORT` says RDMA for a server under the library
+// (exit 0), TCP with reason peer_no_rdmasock and advice for one without (exit 1), and the
+// probe fails (exit 2) where nothing listens; `rdmasock doctor` finds the VM's port.
+void tools_check()
+{
+    const std::string name = "tools/check";
+    WorkDir dir;
+    dir.keep = cfg.keep;
+    const int p1 = free_port(cfg.addr), p2 = free_port(cfg.addr);
+    Proc with({"iperf3", "-s", "-B", cfg.addr, "-p", std::to_string(p1)}, prog_env(dir / "s1.log"), dir / "s1.err",
+              dir / "s1.out");
+    Proc without({"iperf3", "-s", "-B", cfg.addr, "-p", std::to_string(p2)}, base_env(), dir / "s2.err", dir / "s2.out");
+    bool plain_up = false;
+    for (int i = 0; i < 500 && !(plain_up = tcp_listening(p2)); ++i)
+        usleep(20000);
+    BOOST_REQUIRE_MESSAGE(wait_listener(p1, 20000) && plain_up, name << ": no iperf3 listeners");
+    std::string out;
+    int st = run_tool_status({"check", cfg.addr + ":" + std::to_string(p1)}, &out);
+    BOOST_CHECK_MESSAGE(st == 0 && out.find("RDMA (the connection went over RDMA)") != std::string::npos,
+                        name << ": a server under the library: exit " << st << "\n" << out);
+    st = run_tool_status({"check", "--json", cfg.addr + ":" + std::to_string(p2)}, &out);
+    try {
+        boost::property_tree::ptree j;
+        std::istringstream is(out);
+        boost::property_tree::read_json(is, j);
+        BOOST_CHECK_EQUAL(st, 1);
+        BOOST_CHECK_EQUAL(j.get<bool>("rdma"), false);
+        BOOST_CHECK_EQUAL(j.get<std::string>("reason"), "peer_no_rdmasock");
+        BOOST_CHECK(j.get<std::string>("advice").find("does not run rdmasock") != std::string::npos);
+    } catch (const std::exception &e) {
+        BOOST_ERROR(name << ": check --json of a plain server: " << e.what() << "\n" << out);
+    }
+    with.kill_all();
+    without.kill_all();
+    with.wait(5000);
+    without.wait(5000);
+    st = run_tool_status({"check", cfg.addr + ":" + std::to_string(p2)}, &out);
+    BOOST_CHECK_MESSAGE(st == 2 && out.find("the probe failed (connect:ECONNREFUSED)") != std::string::npos,
+                        name << ": nothing listening: exit " << st << "\n" << out);
+    st = run_tool_status({"doctor", "--json"}, &out);
+    BOOST_CHECK_MESSAGE(st == 0 && out.find("\"ready\":true") != std::string::npos &&
+                            out.find(" ACTIVE") != std::string::npos,
+                        name << ": doctor: exit " << st << "\n" << out);
 }
 
 void program_iperf3(const std::string &variant, const std::vector<std::string> &flags, int streams,
@@ -2933,6 +3013,7 @@ bool init_tests()
     // The default, asynchronous switch: 200 MB, the data connection switches mid-stream.
     add(prog, "iperf3_async", [] { program_iperf3("async", {}, 1, true); });
     add(prog, "tools_ss_live", tools_ss_live);
+    add(prog, "tools_check", tools_check);
     for (int c : {1, 8})
         add(prog, "redis_c" + std::to_string(c), [c] { program_redis(c); });
     add(prog, "redis_bgsave", program_redis_bgsave);

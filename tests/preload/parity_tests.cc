@@ -172,6 +172,11 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         // library's exit step.
         o->rdma = 1;
         o->across = true;
+    } else if (key == "stdio-exit") {
+        // One connection from a fork child to its parent, on RDMA; the child's line
+        // comes from its exit.
+        o->rdma = 1;
+        o->across = true;
     } else if (key == "fork-connect") {
         // The parent's engine started with its listener: the fork child loads a copy of
         // rdma-core of its own, and its connection to the parent goes on RDMA (it
@@ -1448,6 +1453,16 @@ fwrite 6000 = 6000
 fclose the client's stream = 0
 server reads to EOF: 6000 bytes, same: yes, eof: yes
 fclose the server's stream = 0
+)")
+
+// A stream left for the C library to flush at exit (before, the flush came after the
+// library's exit step had closed the connection: the line was lost and the child died
+// of SIGPIPE).
+PARITY_CASE(stdio_flushed_at_exit, ({"stdio-exit"}), nullptr,
+R"(the parent reads = 19
+bytes = bye from the child
+then EOF = 0
+the child's exit status: 0
 )")
 
 PARITY_CASE(pipes, ({"pipe"}), nullptr,

@@ -436,6 +436,74 @@ BOOST_AUTO_TEST_CASE(offload_rules_keep_connections_on_tcp, *boost::unit_test::p
     BOOST_CHECK_EQUAL(t4.exit_code(), 2);
 }
 
+// RDMASOCK_LOG_FILE with %p: each process writes its own file, a fork child too.
+BOOST_AUTO_TEST_CASE(log_file_per_process, *boost::unit_test::precondition(Installed{{"python3"}}))
+{
+    require_lib();
+    testcommon::TempDir td;
+    const std::string pattern = td / "log.%p";
+    Env env = testcommon::with_lib(testcommon::base_env(), kLib, "info", pattern);
+    const std::string script =
+        "import os, socket, sys\n"
+        "def pair():\n"
+        "    l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen(1)\n"
+        "    c = socket.create_connection(l.getsockname()); s, _ = l.accept()\n"
+        "    c.sendall(b'x'); assert s.recv(1) == b'x'\n"
+        "    s.close(); c.close(); l.close()\n"
+        "pair()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    pair(); print(os.getpid()); sys.stdout.flush(); os._exit(0)\n"
+        "os.waitpid(pid, 0); print(os.getpid())\n";
+    Result r = testcommon::run({program("python3"), "-c", script}, env, 30000);
+    BOOST_REQUIRE_MESSAGE(r.exit_code() == 0, r.describe());
+    std::istringstream is(r.out);
+    std::string child, parent;
+    is >> child >> parent;
+    for (const std::string &pid : {parent, child}) {
+        const std::string file = td / ("log." + pid);
+        testcommon::CloseLog lc = checked_log(file);
+        BOOST_CHECK_MESSAGE(lc.closes.size() == 2, file << ": " << lc.closes.size() << " close lines, want 2");
+        for (auto &f : lc.closes)
+            BOOST_CHECK_EQUAL(f.at("pid"), pid);
+    }
+}
+
+// rdmasock doctor and rdmasock check on a machine without RDMA (the host): not ready,
+// a connection stays on TCP (exit 1, with a reason and advice), nothing listening: exit 2.
+BOOST_AUTO_TEST_CASE(diagnosis_without_rdma, *boost::unit_test::precondition(Installed{{"python3"}}))
+{
+    require_lib();
+    const std::string launcher = RDMASOCK_LAUNCHER;
+    Env env = testcommon::base_env();
+    testcommon::set_var(env, "RDMASOCK_LIB", kLib);
+    Result d = testcommon::run({launcher, "doctor", "--json"}, env, 10000);
+    BOOST_CHECK_MESSAGE(d.exit_code() == 1 && d.out.find("\"ready\":false") != std::string::npos &&
+                            d.out.find("\"name\":\"rdma_ports\",\"ok\":false") != std::string::npos,
+                        d.describe());
+    // A listener that accepts and waits (the probe closes at once).
+    const int port = testcommon::free_port();
+    Env plain = testcommon::base_env();
+    testcommon::Proc::Options po;
+    po.pipe_out = true;
+    testcommon::Proc srv({program("python3"), "-c",
+                          "import socket, time\n"
+                          "l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                          "l.bind(('127.0.0.1', " + std::to_string(port) + ")); l.listen(4); print('up', flush=True)\n"
+                          "time.sleep(20)\n"},
+                         plain, po);
+    BOOST_REQUIRE_EQUAL(srv.read_line(10000), "up");
+    Result c = testcommon::run({launcher, "check", "--json", "127.0.0.1:" + std::to_string(port)}, env, 20000);
+    BOOST_CHECK_MESSAGE(c.exit_code() == 1 && c.out.find("\"rdma\":false") != std::string::npos &&
+                            c.out.find("\"error\":\"\"") != std::string::npos &&
+                            c.out.find("\"reason\":\"none\"") == std::string::npos,
+                        c.describe());
+    srv.kill_all();
+    srv.wait(5000);
+    Result g = testcommon::run({launcher, "check", "127.0.0.1:" + std::to_string(port)}, env, 20000);
+    BOOST_CHECK_MESSAGE(g.exit_code() == 2 && g.out.find("ECONNREFUSED") != std::string::npos, g.describe());
+}
+
 // rdmasock system enable|disable|status on a stand-in for /etc/ld.so.preload (the real
 // file is tested in the VM with a writable root, tests/vm/system-install): other entries
 // kept, idempotent, an old install's entry replaced, the file removed when ours was the

@@ -2645,6 +2645,41 @@ int sc_stdio(const Args &)
     return 0;
 }
 
+// stdio at exit: a fork child writes a line into an fdopen() stream on its own connection
+// and exits without fclose.  The C library flushes its streams at exit only after the
+// library's exit step has closed the connections: the line must reach the peer all the
+// same, and the child exit 0 (not die of SIGPIPE).
+int sc_stdio_exit(const Args &)
+{
+    sockaddr_storage la{};
+    socklen_t ll = sizeof la;
+    int l = tcp_listener(AF_INET, &la, &ll);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int c = socket(AF_INET, SOCK_STREAM, 0);
+        if (c < 0 || connect(c, reinterpret_cast<const sockaddr *>(&la), ll) != 0)
+            _exit(3);
+        FILE *f = fdopen(c, "w");
+        if (f == nullptr)
+            _exit(4);
+        fprintf(f, "bye from the child\n");
+        exit(0);
+    }
+    must(pid, "fork");
+    int s = must(accept(l, nullptr, nullptr), "accept");
+    char b[64] = {};
+    SHOW("the parent reads", read_n(s, b, 19));
+    out("bytes = %.18s", b);
+    wait_for(s, POLLIN);
+    SHOW("then EOF", read(s, b, sizeof b));
+    int st = 0;
+    must(waitpid(pid, &st, 0), "waitpid");
+    out("the child's exit status: %d", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    close(s);
+    close(l);
+    return 0;
+}
+
 int sc_pipe(const Args &)
 {
     set_handler(SIGPIPE, on_sigpipe, 0);
@@ -2954,6 +2989,7 @@ const Scenario kScenarios[] = {
     {"unix", sc_unix, ""},
     {"pass-child", sc_pass_child, ""},
     {"stdio", sc_stdio, ""},
+    {"stdio-exit", sc_stdio_exit, ""},
     {"pipe", sc_pipe, ""},
     {"udp", sc_udp, ""},
     {"closelog", sc_closelog, "[inet|inet6] [exact|eof]"},
