@@ -2014,13 +2014,23 @@ void tools_ss_live()
     BOOST_CHECK_MESSAGE(ss_empty(after), name << ": the programs are gone, yet\n" << after);
 }
 
-// The exit status of `rdmasock ARGS...` and its stdout.
-int run_tool_status(const std::vector<std::string> &args, std::string *out)
+// The exit status of `rdmasock ARGS...` and its stdout (as user `uid`, and with a
+// locked-memory limit of `memlock_kb` when not 0).
+int run_tool_status(const std::vector<std::string> &args, std::string *out, uid_t uid = static_cast<uid_t>(-1),
+                    unsigned memlock_kb = 0)
 {
     std::vector<std::string> argv = {OFFLOAD_TOOL};
     argv.insert(argv.end(), args.begin(), args.end());
+    if (memlock_kb != 0) {
+        std::string cmd = "ulimit -l " + std::to_string(memlock_kb) + " && exec";
+        for (const auto &a : argv)
+            cmd += " '" + a + "'";
+        argv = {"sh", "-c", cmd};
+    }
     Proc::Options o;
     o.pipe_out = true;
+    o.uid = uid;
+    o.gid = uid == static_cast<uid_t>(-1) ? static_cast<gid_t>(-1) : static_cast<gid_t>(uid);
     Proc p(argv, base_env(), o);
     if (!p.wait(30000))
         p.kill_all();
@@ -2029,8 +2039,11 @@ int run_tool_status(const std::vector<std::string> &args, std::string *out)
 }
 
 // Issue 16, point 4: `rdmasock check HOST:PORT` says RDMA for a server under the library
-// (exit 0), TCP with reason peer_no_rdmasock and advice for one without (exit 1), and the
-// probe fails (exit 2) where nothing listens; `rdmasock doctor` finds the VM's port.
+// (exit 0), TCP with reason peer_no_rdmasock and advice for one without (exit 1), TCP
+// with reason memlock under `ulimit -l 64` (an unprivileged user), and the probe fails
+// (exit 2) where nothing listens; `rdmasock doctor` finds the VM's port.  And (point 1)
+// `rdmasock ss` shows a live client of the server without rdmasock as tcp
+// peer_no_rdmasock.
 void tools_check()
 {
     const std::string name = "tools/check";
@@ -2059,6 +2072,27 @@ void tools_check()
         BOOST_CHECK(j.get<std::string>("advice").find("does not run rdmasock") != std::string::npos);
     } catch (const std::exception &e) {
         BOOST_ERROR(name << ": check --json of a plain server: " << e.what() << "\n" << out);
+    }
+    st = run_tool_status({"check", "--json", cfg.addr + ":" + std::to_string(p1)}, &out, 65534, 64);
+    BOOST_CHECK_MESSAGE(st == 1 && out.find("\"reason\":\"memlock\"") != std::string::npos &&
+                            out.find("LimitMEMLOCK") != std::string::npos,
+                        name << ": ulimit -l 64: exit " << st << "\n" << out);
+    {
+        Proc cl({"iperf3", "-c", cfg.addr, "-p", std::to_string(p2), "-t", "8", "-b", "1M"}, prog_env(dir / "c2.log"),
+                dir / "c2.err", dir / "c2.out");
+        std::string rows;
+        bool seen = false;
+        for (int i = 0; i < 25 && !seen; ++i) {
+            usleep(200000);
+            rows = run_tool({"ss", "--json", "-p", std::to_string(cl.pid())});
+            for (auto &r : ss_rows(rows))
+                seen = seen || (r.get<std::string>("transport", "") == "tcp" &&
+                                r.get<std::string>("reason", "") == "peer_no_rdmasock" &&
+                                r.get<std::string>("role", "") == "client");
+        }
+        BOOST_CHECK_MESSAGE(seen, name << ": a live client of a server without rdmasock, in ss:\n" << rows);
+        cl.kill_all();
+        cl.wait(5000);
     }
     with.kill_all();
     without.kill_all();

@@ -14,6 +14,8 @@ preload_test_cppflags = $(AM_CPPFLAGS) -DBOOST_TEST_DYN_LINK \
 	-DRDMASOCK_BUILD_LIB='"$(abs_top_builddir)/.libs/librdmasock.so"' \
 	-DSOCKPROBE='"$(abs_top_builddir)/tests/preload/sockprobe$(EXEEXT)"' \
 	-DRDMASOCK_LAUNCHER='"$(abs_top_builddir)/tools/rdmasock$(EXEEXT)"' \
+	-DRDMASOCK_MAN_DIR='"$(abs_top_builddir)/man"' \
+	-DRDMASOCK_COMPLETION='"$(abs_top_srcdir)/tools/etc/rdmasock"' \
 	-DRDMASOCK_REASON_DEF='"$(abs_top_srcdir)/src/base/reason.def"'
 
 tests_preload_parity_tests_SOURCES = tests/preload/parity_tests.cc
