@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "base/reason.hh"
+#include "config/config.hh"
 #include "config/rules.hh"
 #include "include/rdmasock.h"
 
@@ -90,16 +91,6 @@ std::string addresses_of(const std::string &ifname)
     return out;
 }
 
-// The ring size the library would use (RDMASOCK_RING_KB, else from the limit), bytes.
-unsigned long ring_bytes(const rlimit &rl)
-{
-    if (const char *e = getenv("RDMASOCK_RING_KB"); e != nullptr && atol(e) > 0)
-        return static_cast<unsigned long>(atol(e)) * 1024ul;
-    if (rl.rlim_cur == RLIM_INFINITY || geteuid() == 0)
-        return 4ul << 20;
-    unsigned long b = static_cast<unsigned long>(rl.rlim_cur) / 8;
-    return b < (64ul << 10) ? (64ul << 10) : (b > (4ul << 20) ? (4ul << 20) : b);
-}
 
 std::vector<Item> machine(const std::string &lib)
 {
@@ -140,7 +131,8 @@ std::vector<Item> machine(const std::string &lib)
     Item mem{"memlock"};
     rlimit rl{};
     getrlimit(RLIMIT_MEMLOCK, &rl);
-    const unsigned long ring = ring_bytes(rl);
+    const char *ring_kb = getenv("RDMASOCK_RING_KB");
+    const unsigned long ring = ring_bytes(ring_kb != nullptr ? atol(ring_kb) : 0);
     char buf[256];
     if (rl.rlim_cur == RLIM_INFINITY || geteuid() == 0) {
         snprintf(buf, sizeof buf, "%s; ring %lu KiB per direction", rl.rlim_cur == RLIM_INFINITY ? "unlimited" : "root",

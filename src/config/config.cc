@@ -1,5 +1,8 @@
 #include "config/config.hh"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -106,6 +109,17 @@ Config load_config(EnvGetter get, void *get_ctx, Warner warn, void *warn_ctx)
 #include "config/tunables.def"
 #undef RS_TUNABLE
     return c;
+}
+
+unsigned long ring_bytes(long ring_kb) noexcept
+{
+    if (ring_kb > 0)
+        return static_cast<unsigned long>(ring_kb) * 1024ul;
+    rlimit rl{};
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || geteuid() == 0)
+        return 4ul << 20;
+    unsigned long b = static_cast<unsigned long>(rl.rlim_cur) / 8;
+    return b < (64ul << 10) ? (64ul << 10) : (b > (4ul << 20) ? (4ul << 20) : b);
 }
 
 }  // namespace rdmasock

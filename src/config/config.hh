@@ -36,4 +36,8 @@ using EnvGetter = const char *(*)(const char *name, void *ctx);
 using Warner = void (*)(const char *line, void *ctx);
 Config load_config(EnvGetter get, void *get_ctx, Warner warn, void *warn_ctx);
 
+// The receive ring's size in bytes for RDMASOCK_RING_KB = `ring_kb` (0: from the
+// locked-memory limit: 4 MiB when unlimited or root, else a eighth of it, 64 KiB to 4 MiB).
+unsigned long ring_bytes(long ring_kb) noexcept;
+
 }  // namespace rdmasock

@@ -751,17 +751,7 @@ void Engine::handle(rdma_cm_event *ev) noexcept
         rdma_destroy_id(destroy_after_ack);
 }
 
-unsigned long ring_bytes() noexcept
-{
-    unsigned long kb = static_cast<unsigned long>(rt::config().ring_kb);
-    if (kb != 0)
-        return kb * 1024ul;
-    rlimit rl{};
-    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || geteuid() == 0)
-        return 4ul << 20;
-    unsigned long b = static_cast<unsigned long>(rl.rlim_cur) / 8;
-    return b < (64ul << 10) ? (64ul << 10) : (b > (4ul << 20) ? (4ul << 20) : b);
-}
+unsigned long ring_bytes() noexcept { return rdmasock::ring_bytes(rt::config().ring_kb); }
 
 unsigned ring_log2() noexcept
 {

@@ -1883,19 +1883,36 @@ bool wait_listener(int port, int timeout_ms)
     return false;
 }
 
-// `rdmasock ARGS...` (the launcher's subcommands) without the library; its stdout.
-std::string run_tool(const std::vector<std::string> &args, uid_t uid = static_cast<uid_t>(-1))
+// The exit status of `rdmasock ARGS...` and its stdout (as user `uid`, and with a
+// locked-memory limit of `memlock_kb` when not 0).
+int run_tool_status(const std::vector<std::string> &args, std::string *out, uid_t uid = static_cast<uid_t>(-1),
+                    unsigned memlock_kb = 0)
 {
     std::vector<std::string> argv = {OFFLOAD_TOOL};
     argv.insert(argv.end(), args.begin(), args.end());
+    if (memlock_kb != 0) {
+        std::string cmd = "ulimit -l " + std::to_string(memlock_kb) + " && exec";
+        for (const auto &a : argv)
+            cmd += " '" + a + "'";
+        argv = {"sh", "-c", cmd};
+    }
     Proc::Options o;
     o.pipe_out = true;
     o.uid = uid;
     o.gid = uid == static_cast<uid_t>(-1) ? static_cast<gid_t>(-1) : static_cast<gid_t>(uid);
     Proc p(argv, base_env(), o);
-    if (!p.wait(10000))
+    if (!p.wait(30000))
         p.kill_all();
-    return p.out();
+    *out = p.out();
+    return p.exit_code();
+}
+
+// `rdmasock ARGS...` (the launcher's subcommands) without the library; its stdout.
+std::string run_tool(const std::vector<std::string> &args, uid_t uid = static_cast<uid_t>(-1))
+{
+    std::string out;
+    run_tool_status(args, &out, uid);
+    return out;
 }
 
 // The rows of `rdmasock ss --json` (a JSON array of objects); *ok false when it is not
@@ -2012,30 +2029,6 @@ void tools_ss_live()
     }
     std::string after = run_tool({"ss", "--json", "--port", ps});
     BOOST_CHECK_MESSAGE(ss_empty(after), name << ": the programs are gone, yet\n" << after);
-}
-
-// The exit status of `rdmasock ARGS...` and its stdout (as user `uid`, and with a
-// locked-memory limit of `memlock_kb` when not 0).
-int run_tool_status(const std::vector<std::string> &args, std::string *out, uid_t uid = static_cast<uid_t>(-1),
-                    unsigned memlock_kb = 0)
-{
-    std::vector<std::string> argv = {OFFLOAD_TOOL};
-    argv.insert(argv.end(), args.begin(), args.end());
-    if (memlock_kb != 0) {
-        std::string cmd = "ulimit -l " + std::to_string(memlock_kb) + " && exec";
-        for (const auto &a : argv)
-            cmd += " '" + a + "'";
-        argv = {"sh", "-c", cmd};
-    }
-    Proc::Options o;
-    o.pipe_out = true;
-    o.uid = uid;
-    o.gid = uid == static_cast<uid_t>(-1) ? static_cast<gid_t>(-1) : static_cast<gid_t>(uid);
-    Proc p(argv, base_env(), o);
-    if (!p.wait(30000))
-        p.kill_all();
-    *out = p.out();
-    return p.exit_code();
 }
 
 // Issue 16, point 4: `rdmasock check HOST:PORT` says RDMA for a server under the library
