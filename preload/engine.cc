@@ -29,6 +29,7 @@ __attribute__((destructor(101))) void rdmasock_unload() noexcept
     hook::flush_streams();            // stdio streams on connections (C's own flush comes later)
     hook::finish_deferred_at_exit();  // closed by the program, calls still blocked
     hook::close_lines_at_exit();      // left open by the program
+    report::log_exit();               // the totals
     offload::at_exit();
 }
 

@@ -1042,6 +1042,7 @@ pid_t fork() noexcept
         rt::after_fork_child();
         offload::after_fork_child();
         streams_after_fork_child();
+        report::after_fork_child();
         // Offloaded connections belong to the process that made them: in the child
         // they report ECONNRESET (documented in rdmasock(7), FORK).
         fdt::for_each([](int, const SocketRef &s) {

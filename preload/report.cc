@@ -14,6 +14,7 @@
 #include "base/addr.hh"
 #include "base/credmsg.hh"
 #include "base/fd.hh"
+#include "base/log.hh"
 #include "base/real.hh"
 #include "config.h"
 #include "preload/describe.hh"
@@ -87,20 +88,27 @@ void append(std::string &out, const char *fmt, ...) noexcept
         out.append(line, static_cast<size_t>(n) < sizeof line ? static_cast<size_t>(n) : sizeof line - 1);
 }
 
+// The totals of the connections this process closed: "closed_rdma=N closed_tcp=N
+// closed_bytes_sent=N closed_bytes_received=N" and closed_reason_CODE=N for each code seen.
+void append_totals(std::string &out) noexcept
+{
+    append(out, "closed_rdma=%llu closed_tcp=%llu closed_bytes_sent=%llu closed_bytes_received=%llu",
+           g_closed.rdma.load(), g_closed.tcp.load(), g_closed.sent.load(), g_closed.received.load());
+    for (unsigned r = 0; r < kReasonCount; ++r)
+        if (unsigned long long n = g_closed.by_reason[r].load())
+            append(out, " closed_reason_%s=%llu", reason_code(static_cast<Reason>(r)), n);
+}
+
 // The process's lines: one for the process, one per socket (under its lowest number).
 std::string describe_process() noexcept
 {
     std::string out;
     try {
         out.reserve(4096);
-        append(out, "process pid=%d uid=%u program=%s version=%s offloaded=%u closed_rdma=%llu closed_tcp=%llu "
-                    "closed_bytes_sent=%llu closed_bytes_received=%llu",
-               static_cast<int>(getpid()), static_cast<unsigned>(geteuid()), program_invocation_short_name,
-               PACKAGE_VERSION, rt::g_offloaded.load(std::memory_order_relaxed), g_closed.rdma.load(),
-               g_closed.tcp.load(), g_closed.sent.load(), g_closed.received.load());
-        for (unsigned r = 0; r < kReasonCount; ++r)
-            if (unsigned long long n = g_closed.by_reason[r].load())
-                append(out, " closed_reason_%s=%llu", reason_code(static_cast<Reason>(r)), n);
+        append(out, "process pid=%d uid=%u program=%s version=%s offloaded=%u ", static_cast<int>(getpid()),
+               static_cast<unsigned>(geteuid()), program_invocation_short_name, PACKAGE_VERSION,
+               rt::g_offloaded.load(std::memory_order_relaxed));
+        append_totals(out);
         out += '\n';
         std::set<const Socket *> seen;
         fdt::for_each([&](int fd, const SocketRef &s) {
@@ -113,7 +121,7 @@ std::string describe_process() noexcept
                 if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&ss), &len) == 0)
                     util::format_addr(ss, local, sizeof local);
                 append(out, "socket fd=%d role=listener local=%s peer=- transport=%s reason=%s phase=listen "
-                            "bytes_sent=0 bytes_received=0\n",
+                            "bytes_sent=0 bytes_received=0 link=-\n",
                        fd, local, s->listener ? "rdma" : "tcp",
                        s->listener ? "-" : reason_code(s->rule_tcp ? Reason::rule : Reason::no_listener));
                 return;
@@ -124,13 +132,16 @@ std::string describe_process() noexcept
             if (s->transport != nullptr && s->transport->handed_off())
                 return;  // (another process serves it)
             const bool rdma = describe::on_rdma(*s);
+            char link[80] = "-";
+            if (rdma)
+                s->transport->link_name(link, sizeof link);
             append(out, "socket fd=%d role=%s local=%s peer=%s transport=%s reason=%s phase=%s bytes_sent=%llu "
-                        "bytes_received=%llu\n",
+                        "bytes_received=%llu link=%s\n",
                    fd, role_name(s->role), ci.local, ci.peer, rdma ? "rdma" : "tcp",
                    rdma ? "-" : reason_code(describe::reason(*s, ci)),
                    s->transport != nullptr ? s->transport->phase_name() : "tcp",
                    static_cast<unsigned long long>(ci.counters.bytes_sent),
-                   static_cast<unsigned long long>(ci.counters.bytes_received));
+                   static_cast<unsigned long long>(ci.counters.bytes_received), link);
         });
     } catch (...) {  // out of memory: what was gathered
     }
@@ -182,6 +193,28 @@ void count_closed(bool rdma, Reason why, unsigned long long sent, unsigned long 
         g_closed.by_reason[static_cast<unsigned>(why)].fetch_add(1, std::memory_order_relaxed);
     g_closed.sent.fetch_add(sent, std::memory_order_relaxed);
     g_closed.received.fetch_add(received, std::memory_order_relaxed);
+}
+
+void log_exit() noexcept
+{
+    if (!log::enabled(log::kInfo) || g_closed.rdma.load() + g_closed.tcp.load() == 0)
+        return;
+    try {
+        std::string fields;
+        append_totals(fields);
+        log::write(log::kInfo, "event=exit program=%s %s", program_invocation_short_name, fields.c_str());
+    } catch (...) {  // out of memory at exit: no line
+    }
+}
+
+void after_fork_child() noexcept
+{
+    g_closed.rdma = 0;
+    g_closed.tcp = 0;
+    g_closed.sent = 0;
+    g_closed.received = 0;
+    for (auto &n : g_closed.by_reason)
+        n = 0;
 }
 
 }  // namespace rdmasock::report

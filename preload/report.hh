@@ -24,4 +24,11 @@ void answer(int fd) noexcept;
 // A connection's close, for the totals (log_close, before its log-level check).
 void count_closed(bool rdma, Reason why, unsigned long long sent, unsigned long long received) noexcept;
 
+// At exit, after the close lines of the connections left open: the info-level line
+// "event=exit program=NAME" with the totals `rdmasock stat` shows (rdmasock(7), LOGGING),
+// when the process closed any connection.
+void log_exit() noexcept;
+// A fork child counts its own connections from zero.
+void after_fork_child() noexcept;
+
 }  // namespace rdmasock::report

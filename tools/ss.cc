@@ -335,16 +335,16 @@ void print_ss(const Options &o, const std::map<pid_t, Process> &procs)
         printf("]\n");
         return;
     }
-    printf("%-7s %-15s %-5s %-8s %-28s %-28s %-9s %-17s %-10s %12s %12s\n", "PID", "PROGRAM", "FD", "ROLE", "LOCAL",
-           "PEER", "TRANSPORT", "REASON", "PHASE", "SENT", "RECEIVED");
+    printf("%-7s %-15s %-5s %-8s %-28s %-28s %-9s %-17s %-10s %12s %12s %s\n", "PID", "PROGRAM", "FD", "ROLE",
+           "LOCAL", "PEER", "TRANSPORT", "REASON", "PHASE", "SENT", "RECEIVED", "LINK");
     for (const auto &p : procs)
         for (const auto &s : p.second.sockets)
             if (wanted(o, s))
-                printf("%-7d %-15s %-5s %-8s %-28s %-28s %-9s %-17s %-10s %12s %12s\n", static_cast<int>(p.first),
+                printf("%-7d %-15s %-5s %-8s %-28s %-28s %-9s %-17s %-10s %12s %12s %s\n", static_cast<int>(p.first),
                        get(p.second.info, "program").c_str(), get(s, "fd").c_str(), get(s, "role").c_str(),
                        get(s, "local").c_str(), get(s, "peer").c_str(), get(s, "transport").c_str(),
                        get(s, "reason").c_str(), get(s, "phase").c_str(), get(s, "bytes_sent").c_str(),
-                       get(s, "bytes_received").c_str());
+                       get(s, "bytes_received").c_str(), get(s, "link").c_str());
 }
 
 // Per process and in all: live connections by transport and reason, bytes, closed ones.

@@ -1,6 +1,7 @@
 #include "conn/link.hh"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "base/log.hh"
@@ -21,6 +22,16 @@ void Link::release_queues() noexcept
     cq_.reset();
     chan_.reset();
     id_.reset();
+}
+
+void Link::describe(char *buf, size_t n) const noexcept
+{
+    const rdma_cm_id *id = id_ ? id_->get() : nullptr;
+    if (qp_ && !dead_ && id != nullptr && id->verbs != nullptr)
+        snprintf(buf, n, "%s:%u/%u", ibv_get_device_name(id->verbs->device), static_cast<unsigned>(id->port_num),
+                 qp_->qpn());
+    else
+        snprintf(buf, n, "-");
 }
 
 Reason Link::create(kits::Kit &kit) noexcept

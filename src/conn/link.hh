@@ -63,6 +63,8 @@ public:
         }
     }
     uint32_t max_inline() const noexcept { return max_inline_; }
+    // "DEVICE:PORT/QPN" into buf (of n bytes), or "-" without a queue pair.
+    void describe(char *buf, size_t n) const noexcept;
 
     // In a fork child: the verbs objects are the parent's, never touched again (their
     // owners skip the parent's objects when dropped: rdma/owners.hh).

@@ -259,6 +259,12 @@ void Conn::close_connection(bool abortive) noexcept
 
 void Conn::destroy() noexcept { up_.retire(*this); }
 
+void Conn::link_name(char *buf, size_t n) const noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    link_.describe(buf, n);
+}
+
 const char *Conn::phase_name() const noexcept
 {
     static const char *const kPhases[] = {"maybe", "verifying", "rdma", "tcp"};

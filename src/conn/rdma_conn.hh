@@ -135,6 +135,7 @@ public:
     const char *name() const noexcept override { return "rdma"; }
     const char *phase_name() const noexcept override;
     bool on_rdma() const noexcept override { return phase() == Phase::rdma; }
+    void link_name(char *buf, size_t n) const noexcept override;
     int kernel_fd() const noexcept override { return tcp_fd_; }
     ssize_t recvmsg(int fd, msghdr *msg, int flags) noexcept override;
     ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept override;

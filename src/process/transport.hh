@@ -35,6 +35,15 @@ public:
     virtual const char *phase_name() const noexcept { return "tcp"; }
     // Its bytes move over RDMA now.
     virtual bool on_rdma() const noexcept { return false; }
+    // The RDMA link it moves them on, "DEVICE:PORT/QPN", into buf (of n bytes); "-" when
+    // it has none (rdmasock ss).
+    virtual void link_name(char *buf, size_t n) const noexcept
+    {
+        if (n > 1) {
+            buf[0] = '-';
+            buf[1] = '\0';
+        }
+    }
     // The number the transport reaches the kernel socket through (-1: it keeps none).
     virtual int kernel_fd() const noexcept { return -1; }
     // The program closed number `from` but still holds the socket as `to`.

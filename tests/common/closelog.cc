@@ -1,9 +1,55 @@
 #include "tests/common/closelog.hh"
 
+#include <map>
 #include <regex>
 #include <sstream>
 
 namespace testcommon {
+
+namespace {
+
+// An event=exit line: its totals equal what the close lines of its process (so far in
+// the log) add up to.
+void check_exit(CloseLog &lc, const std::string &pid, const std::string &msg, const std::string &line)
+{
+    std::map<std::string, unsigned long long> want;
+    for (const char *k : {"closed_rdma", "closed_tcp", "closed_bytes_sent", "closed_bytes_received"})
+        want[k] = 0;
+    for (const Fields &f : lc.closes) {
+        if (f.at("pid") != pid)
+            continue;
+        const bool rdma = f.at("transport") == "rdma";
+        ++want[rdma ? "closed_rdma" : "closed_tcp"];
+        if (!rdma)
+            ++want["closed_reason_" + f.at("reason")];
+        want["closed_bytes_sent"] += std::stoull("0" + f.at("bytes_sent"));
+        want["closed_bytes_received"] += std::stoull("0" + f.at("bytes_received"));
+    }
+    std::map<std::string, unsigned long long> got;
+    std::istringstream is(msg);
+    std::string tok;
+    while (is >> tok) {
+        const size_t eq = tok.find('=');
+        if (tok.rfind("closed_", 0) != 0 || eq == std::string::npos)
+            continue;
+        try {
+            got[tok.substr(0, eq)] = std::stoull(tok.substr(eq + 1));
+        } catch (const std::exception &) {
+            lc.problems.push_back("exit line with a non-numeric total: " + line);
+            return;
+        }
+    }
+    ++lc.exits;
+    if (got != want) {
+        std::string w;
+        for (auto &kv : want)
+            w += " " + kv.first + "=" + std::to_string(kv.second);
+        lc.problems.push_back("exit line totals differ from the process's close lines (those add up to" + w +
+                              "): " + line);
+    }
+}
+
+}  // namespace
 
 CloseLog check_close_log(const std::string &text, bool warnings_allowed)
 {
@@ -20,6 +66,10 @@ CloseLog check_close_log(const std::string &text, bool warnings_allowed)
         std::string level = m[2], msg = m[3];
         if (level == "error" || (level == "warn" && !warnings_allowed)) {
             lc.problems.push_back("unexpected " + level + " line: " + line);
+            continue;
+        }
+        if (msg.rfind("event=exit ", 0) == 0) {
+            check_exit(lc, m[1], msg, line);
             continue;
         }
         if (msg.rfind("event=close ", 0) != 0)

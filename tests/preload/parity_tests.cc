@@ -65,9 +65,11 @@ bool rdma_mode() { return !kAddr.empty(); }
 // transcripts, as in every mode, must be the kernel's).
 bool async_mode() { return rdma_mode() && testcommon::env_or("TEST_PARITY_CONNECT_WAIT", "") == "0"; }
 unsigned g_async_rdma_lines = 0;  // close lines on RDMA in async mode (reported)
+unsigned g_exit_lines = 0;        // event=exit lines checked against the close lines
 struct AsyncReport {
     ~AsyncReport()
     {
+        printf("parity: %u exit lines, each one's totals equal to its process's close lines\n", g_exit_lines);
         if (async_mode())
             printf("parity rdma, default mode: %u close lines on RDMA (the other connections ended before "
                    "their switch)\n",
@@ -348,6 +350,7 @@ Runs parity(const std::vector<std::string> &args, const std::string &expected)
 
     r.log = testcommon::read_file(log);
     r.lc = testcommon::check_close_log(r.log);
+    g_exit_lines += r.lc.exits;
     for (auto &p : r.lc.problems)
         BOOST_ERROR(p);
     static const std::set<std::string> codes = reason_codes();
@@ -1226,6 +1229,9 @@ void check_exit_open_log(const Runs &r)
     BOOST_CHECK_EQUAL(s[0].at("bytes_sent"), "100000");
     check_transport(r, s[0]);
     BOOST_CHECK_EQUAL(c[0].at("bytes_received"), "100000");
+    // Both processes log their totals at exit, the child's with the connection it left
+    // open (check_close_log compares them with the close lines).
+    BOOST_CHECK_MESSAGE(r.lc.exits == 2u, r.lc.exits << " exit lines, want 2\n" << r.log);
 }
 
 PARITY_CASE(exit_with_connection_open, ({"exit-open"}), check_exit_open_log, kParentReadsChild)

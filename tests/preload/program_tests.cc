@@ -453,7 +453,7 @@ BOOST_AUTO_TEST_CASE(log_file_per_process, *boost::unit_test::precondition(Insta
         "pair()\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
-        "    pair(); print(os.getpid()); sys.stdout.flush(); os._exit(0)\n"
+        "    pair(); print(os.getpid()); sys.exit(0)\n"
         "os.waitpid(pid, 0); print(os.getpid())\n";
     Result r = testcommon::run({program("python3"), "-c", script}, env, 30000);
     BOOST_REQUIRE_MESSAGE(r.exit_code() == 0, r.describe());
@@ -464,6 +464,9 @@ BOOST_AUTO_TEST_CASE(log_file_per_process, *boost::unit_test::precondition(Insta
         const std::string file = td / ("log." + pid);
         testcommon::CloseLog lc = checked_log(file);
         BOOST_CHECK_MESSAGE(lc.closes.size() == 2, file << ": " << lc.closes.size() << " close lines, want 2");
+        // The exit line's totals: this process's two connections (the child's not the
+        // parent's too: checked by check_close_log).
+        BOOST_CHECK_MESSAGE(lc.exits == 1, file << ": " << lc.exits << " exit lines, want 1");
         for (auto &f : lc.closes)
             BOOST_CHECK_EQUAL(f.at("pid"), pid);
     }
