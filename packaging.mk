@@ -4,11 +4,12 @@
 # The packaging files go into the dist tarball, and "make check-packages" builds both
 # packages from that tarball in a temporary directory (the tree and its parent stay
 # clean), then checks them:
-#   .deb  dpkg-buildpackage -us -uc -b; lintian (any E: fails); the file list (dpkg -c);
+#   .deb  dpkg-buildpackage -us -uc -b (configure --disable-tests: no Boost.Test; no
+#         license TBD); lintian (any E: fails); the file list (dpkg -c);
 #         dpkg -x, then the extracted launcher: --help, --print-lib, and running `true`
 #         with the extracted library preloaded
-#   .rpm  rpmbuild --nodeps -bb; the file list (rpm -qlp); rpm2cpio, then the same
-#         launcher checks
+#   .rpm  rpmbuild --nodeps -bb (no Boost.Test either); the file list (rpm -qlp);
+#         rpm2cpio, then the same launcher checks
 # It prints one summary line per package.  CHECK_PACKAGES_KEEP=1 keeps the temporary
 # directory (build logs included) and prints its path.  Needs dpkg-dev, debhelper,
 # fakeroot, lintian, rpm and cpio (tools/install-deps installs them).
@@ -65,6 +66,9 @@ check-packages:
 	mkdir "$$tmp/deb" "$$tmp/deb-root"; tar -xzf "$$tarball" -C "$$tmp/deb"; \
 	cd "$$tmp/deb/$(distdir)"; \
 	run deb-build $$clean_env dpkg-buildpackage -us -uc -b --jobs-try=auto; \
+	! grep -q 'boost/test' "$$tmp/deb-build.log" \
+	  || fail "the .deb build looked for Boost.Test (configure --disable-tests)"; \
+	! grep -qw TBD debian/copyright rpm/rdmasock.spec || fail "a license is still TBD"; \
 	cd "$$top"; \
 	deb="$$tmp/deb/rdmasock_$${version}_$$arch.deb"; \
 	[ -f "$$deb" ] || fail "dpkg-buildpackage made no $$deb"; \
@@ -97,6 +101,8 @@ check-packages:
 	run rpm-build $$clean_env rpmbuild --nodeps --define "_topdir $$tmp/rpm" \
 	  --define "_tmppath $$tmp/rpm/tmp" -bb "$$tmp/rdmasock.spec"; \
 	sed -n '/^RPM build warnings:/,$$s/^/  rpmbuild: /p' "$$tmp/rpm-build.log"; \
+	! grep -q 'boost/test' "$$tmp/rpm-build.log" \
+	  || fail "the .rpm build looked for Boost.Test (configure --disable-tests)"; \
 	rpm=$$(find "$$tmp/rpm/RPMS" -name "rdmasock-$$version-*.rpm" ! -name '*-debug*'); \
 	[ -n "$$rpm" ] && [ "$$(echo "$$rpm" | wc -l)" = 1 ] \
 	  || fail "rpmbuild made no single rdmasock-$$version-*.rpm: $$rpm"; \

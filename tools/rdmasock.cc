@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <getopt.h>
 #include <netinet/in.h>
 #include <string>
 #include <unistd.h>
@@ -177,14 +178,6 @@ int rules_command(int argc, char **argv)
     return r->rdma ? 0 : 1;
 }
 
-bool need_arg(int i, int argc, const char *opt)
-{
-    if (i + 1 < argc)
-        return true;
-    fprintf(stderr, "rdmasock: option %s needs an argument\n", opt);
-    return false;
-}
-
 }  // namespace
 
 int main(int argc, char **argv)
@@ -201,75 +194,69 @@ int main(int argc, char **argv)
         return rdmasock::tool::doctor_command(argc - 1, argv + 1, find_lib());
     if (argc > 1 && !strcmp(argv[1], "system"))
         return rdmasock::tool::system_command(argc - 1, argv + 1, find_lib());
+    // Options end at the first argument that is not one ("+"): the program's own
+    // options follow it untouched.
+    enum { kLib = 256, kPrintLib, kManSections };
+    static const option longopts[] = {
+        {"debug", no_argument, nullptr, 'd'},         {"verbose", no_argument, nullptr, 'v'},
+        {"log-level", required_argument, nullptr, 'l'}, {"log-file", required_argument, nullptr, 'o'},
+        {"disable", no_argument, nullptr, 'n'},       {"lib", required_argument, nullptr, kLib},
+        {"print-lib", no_argument, nullptr, kPrintLib}, {"man-sections", no_argument, nullptr, kManSections},
+        {"help", no_argument, nullptr, 'h'},          {"version", no_argument, nullptr, 'V'},
+        {nullptr, 0, nullptr, 0},
+    };
     std::string lib;
-    int i = 1;
-    for (; i < argc; ++i) {
-        std::string a = argv[i];
-        if (a == "--") {
-            ++i;
-            break;
-        }
-        if (a.empty() || a[0] != '-')
-            break;
-        std::string val;
-        bool has_val = false;
-        auto eq = a.find('=');
-        if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
-            val = a.substr(eq + 1);
-            a = a.substr(0, eq);
-            has_val = true;
-        }
-        auto take = [&](std::string &out) {
-            if (has_val) {
-                out = val;
-                return true;
-            }
-            if (!need_arg(i, argc, a.c_str()))
-                return false;
-            out = argv[++i];
-            return true;
-        };
-        if (a == "-h" || a == "--help") {
+    bool print_lib = false;
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, "+:dvl:o:nhV", longopts, nullptr)) != -1;) {
+        switch (c) {
+        case 'h':
             usage(stdout);
             return 0;
-        } else if (a == "-V" || a == "--version") {
+        case 'V':
             printf("rdmasock %s\n", PACKAGE_VERSION);
             return 0;
-        } else if (a == "--man-sections") {
+        case kManSections:
             man_sections();
             return 0;
-        } else if (a == "-d" || a == "--debug") {
+        case 'd':
             setenv("RDMASOCK_LOG_LEVEL", "debug", 1);
-        } else if (a == "-v" || a == "--verbose") {
+            break;
+        case 'v':
             setenv("RDMASOCK_LOG_LEVEL", "info", 1);
-        } else if (a == "-n" || a == "--disable") {
+            break;
+        case 'n':
             setenv("RDMASOCK_ENABLE", "0", 1);
-        } else if (a == "-l" || a == "--log-level") {
-            std::string v;
-            if (!take(v))
-                return 2;
-            if (rdmasock::log::parse_level(v.c_str()) < 0) {
-                fprintf(stderr, "rdmasock: bad log level '%s' (error, warn, info, debug, trace)\n",
-                        v.c_str());
+            break;
+        case 'l':
+            if (rdmasock::log::parse_level(optarg) < 0) {
+                fprintf(stderr, "rdmasock: bad log level '%s' (error, warn, info, debug, trace)\n", optarg);
                 return 2;
             }
-            setenv("RDMASOCK_LOG_LEVEL", v.c_str(), 1);
-        } else if (a == "-o" || a == "--log-file") {
-            std::string v;
-            if (!take(v))
-                return 2;
-            setenv("RDMASOCK_LOG_FILE", v.c_str(), 1);
-        } else if (a == "--lib") {
-            if (!take(lib))
-                return 2;
-        } else if (a == "--print-lib") {
-            printf("%s\n", (lib.empty() ? find_lib() : lib).c_str());
-            return 0;
-        } else {
-            fprintf(stderr, "rdmasock: unknown option '%s' (see rdmasock --help)\n", argv[i]);
+            setenv("RDMASOCK_LOG_LEVEL", optarg, 1);
+            break;
+        case 'o':
+            setenv("RDMASOCK_LOG_FILE", optarg, 1);
+            break;
+        case kLib:
+            lib = optarg;
+            break;
+        case kPrintLib:
+            print_lib = true;
+            break;
+        case ':':
+            fprintf(stderr, "rdmasock: option %s needs an argument\n", argv[optind - 1]);
+            return 2;
+        default:
+            fprintf(stderr, "rdmasock: unknown option '%s' (see rdmasock --help)\n", argv[optind - 1]);
             return 2;
         }
     }
+    if (print_lib) {
+        printf("%s\n", (lib.empty() ? find_lib() : lib).c_str());
+        return 0;
+    }
+    const int i = optind;
     if (i >= argc) {
         usage(stderr);
         return 2;

@@ -22,6 +22,7 @@ tests_offload_offload_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TE
 	-DOFFLOAD_PEER='"$(abs_top_builddir)/tests/offload/peer$(EXEEXT)"' \
 	-DOFFLOAD_KVCLIENT='"$(abs_top_builddir)/tests/offload/kvclient$(EXEEXT)"' \
 	-DOFFLOAD_TOOL='"$(abs_top_builddir)/tools/rdmasock$(EXEEXT)"' \
+	-DOFFLOAD_IPERF_SCRIPT='"$(abs_top_srcdir)/tools/rdmasock-iperf"' \
 	-DOFFLOAD_EMPTY_PRELOAD='"$(abs_top_builddir)/tests/offload/empty_preload.so"'
 tests_offload_offload_tests_LDADD = tests/common/libtestcommon.a $(BOOST_TEST_LIBS) -lpthread
 # The tests run the preload library and the peer.

@@ -1989,6 +1989,20 @@ void tools_ss_live()
         }
     }
     BOOST_CHECK_MESSAGE(server == 2 && client == 2, name << ": roles\n" << json);
+    // Each connection end's link: a device, port and queue pair of its own, one that
+    // `rdma resource show qp` lists.
+    std::string qps;
+    run_quiet({"rdma", "resource", "show", "qp"}, 5000, &qps);
+    std::set<std::string> links;
+    static const std::regex link_re(R"(([A-Za-z0-9_]+):(\d+)/(\d+))");
+    for (auto &r : rows) {
+        const std::string link = r.get<std::string>("link", "");
+        std::smatch m;
+        BOOST_CHECK_MESSAGE(std::regex_match(link, m, link_re) && links.insert(link).second &&
+                                qps.find("link " + m[1].str() + "/" + m[2].str()) != std::string::npos &&
+                                qps.find("lqpn " + m[3].str() + " ") != std::string::npos,
+                            name << ": link '" << link << "'\n" << json << "\nrdma resource show qp:\n" << qps);
+    }
     // Filters, another user, the totals, the table.
     std::string tcp = run_tool({"ss", "--json", "--port", ps, "-t", "tcp"});
     BOOST_CHECK_MESSAGE(ss_empty(tcp), name << ": -t tcp\n" << tcp);
@@ -2349,6 +2363,127 @@ void program_redis(int clients)
     BOOST_CHECK_MESSAGE(srv_rdma == rdma + 2, name << ": " << srv_rdma << " server connections on RDMA, want "
                                                    << rdma + 2 << " (the benchmark's and redis-cli's two)\n" << all);
     note(name + ": " + std::to_string(rdma) + " of " + std::to_string(want + 1) + " benchmark connections on RDMA");
+}
+
+// The README's main job, tools/rdmasock-iperf (inside the VM, the device here): iperf3's
+// JSON summary, and every connection end on RDMA.
+void program_rdmasock_iperf()
+{
+    const std::string name = "programs/rdmasock_iperf";
+    const std::string script = OFFLOAD_IPERF_SCRIPT;
+    const std::string dir = script.substr(0, script.rfind('/'));
+    if (access((dir + "/rdmasock").c_str(), X_OK) != 0) {
+        note(name + ": skipped (a build outside the source tree: the script runs tools/rdmasock beside it)");
+        return;
+    }
+    Env env = base_env();
+    set_var(env, "RDMASOCK_IPERF_INNER", "1");
+    set_var(env, "RDMASOCK_VM", "1");
+    set_var(env, "RDMASOCK_VM_ADDR", cfg.addr);
+    Proc::Options o;
+    o.pipe_out = true;
+    Proc p({script, "--no-deps", "--no-bench", "-t", "2"}, env, o);
+    const bool ok = p.wait(120000);
+    if (!ok)
+        p.kill_all();
+    const std::string out = p.out();
+    BOOST_CHECK_MESSAGE(ok && p.exit_code() == 0, name << ": exit " << p.exit_code() << "\n" << out);
+    static const std::regex sum(R"((^|\n)(sender|receiver) +[0-9.]+ s +[0-9.]+ MBytes +([0-9.]+) Mbits/sec)");
+    int sums = 0;
+    for (std::sregex_iterator it(out.begin(), out.end(), sum), end; it != end; ++it)
+        sums += std::stod((*it)[3].str()) > 0;
+    BOOST_CHECK_MESSAGE(sums == 2, name << ": " << sums << " of the sender and receiver lines\n" << out);
+    std::smatch m;
+    BOOST_CHECK_MESSAGE(std::regex_search(out, m, std::regex(R"(rdmasock-iperf: (\d+) of (\d+) connection ends went over RDMA)")) &&
+                            m[1] == m[2] && std::stoi(m[2]) >= 4,
+                        name << ": not every connection end on RDMA\n" << out);
+}
+
+// A rule keeps redis-cli's connections to port 6379 on TCP (issue 16): its close line
+// says reason=rule and `rdmasock rules test` names the line; the same redis-cli to a
+// server on another port, and redis-benchmark to 6379, are not matched and go over RDMA.
+void program_redis_rule()
+{
+    const std::string name = "programs/redis_rule";
+    WorkDir dir;
+    dir.keep = cfg.keep;
+    const std::string rules = dir / "rdmasock.conf";
+    const std::string rule_line = "tcp  redis-cli  client  *  6379";
+    write_file(rules, "# redis-cli talks to the cache over TCP\n" + rule_line + "\n");
+    auto env = [&](const std::string &log) {
+        Env e = prog_env(log);
+        set_var(e, "RDMASOCK_RULES_FILE", rules);
+        return e;
+    };
+    const std::string other = std::to_string(free_port(cfg.addr));
+    std::vector<std::unique_ptr<Proc>> servers;
+    ProgRun s1, s2;
+    s1.name = "redis-server 6379";
+    s2.name = "redis-server " + other;
+    for (const std::string &port : {std::string("6379"), other}) {
+        const std::string b = port == "6379" ? "s1" : "s2";
+        servers.push_back(std::make_unique<Proc>(
+            std::vector<std::string>{"redis-server", "--port", port, "--bind", cfg.addr, "--save", "", "--appendonly",
+                                     "no", "--protected-mode", "no"},
+            env(dir / (b + ".log")), dir / (b + ".err"), dir / (b + ".out")));
+        BOOST_REQUIRE_MESSAGE(wait_listener(std::stoi(port), 20000),
+                              name << ": redis-server has no TCP and RDMA listener on port " << port);
+    }
+    auto client = [&](ProgRun &r, const std::string &base, const std::vector<std::string> &argv) {
+        r.name = base;
+        Proc p(argv, env(dir / (base + ".log")), dir / (base + ".err"), dir / (base + ".out"));
+        bool ok = p.wait(60000);
+        if (!ok)
+            p.kill_all();
+        finish_prog(r, p, dir, base, !ok);
+    };
+    ProgRun ruled, free_cli, bench;
+    client(ruled, "cli6379", {"redis-cli", "-h", cfg.addr, "-p", "6379", "set", "k", "v"});
+    client(free_cli, "cliother", {"redis-cli", "-h", cfg.addr, "-p", other, "set", "k", "v"});
+    client(bench, "bench", {"redis-benchmark", "-h", cfg.addr, "-p", "6379", "-c", "1", "-n", "200", "-t", "ping", "-q"});
+    for (size_t i = 0; i < servers.size(); ++i) {
+        ProgRun &r = i == 0 ? s1 : s2;
+        servers[i]->signal(SIGTERM);
+        bool ok = servers[i]->wait(20000);
+        if (!ok)
+            servers[i]->kill_all();
+        finish_prog(r, *servers[i], dir, i == 0 ? "s1" : "s2", !ok);
+    }
+    const std::string all =
+        describe_prog(ruled) + describe_prog(free_cli) + describe_prog(bench) + describe_prog(s1) + describe_prog(s2);
+    for (const ProgRun *r : {&ruled, &free_cli, &bench, &s1, &s2})
+        BOOST_CHECK_MESSAGE(r->exit_code == 0 && r->log_problems.empty(), name << ": " << r->name << "\n" << all);
+    BOOST_CHECK_MESSAGE(ruled.out == "OK\n" && free_cli.out == "OK\n", name << ": SET\n" << all);
+    BOOST_CHECK_MESSAGE(ruled.closes.size() == 1 && field(ruled.closes[0], "transport") == "tcp" &&
+                            field(ruled.closes[0], "reason") == "rule",
+                        name << ": redis-cli to 6379 is not kept on TCP by the rule\n" << all);
+    BOOST_CHECK_MESSAGE(free_cli.closes.size() == 1 && field(free_cli.closes[0], "transport") == "rdma",
+                        name << ": redis-cli to port " << other << " is not on RDMA\n" << all);
+    BOOST_CHECK_MESSAGE(!bench.closes.empty() && field(bench.closes.back(), "transport") == "rdma",
+                        name << ": redis-benchmark to 6379 is not on RDMA\n" << all);
+    // The server end of the ruled connection: on TCP, its client asked for nothing.
+    int s1_tcp = 0;
+    for (const Fields &f : s1.closes)
+        if (field(f, "transport") == "tcp") {
+            ++s1_tcp;
+            BOOST_CHECK_MESSAGE(field(f, "reason") == "peer_no_rdmasock", name << ": server end\n" << all);
+        }
+    BOOST_CHECK_MESSAGE(s1_tcp == 1, name << ": " << s1_tcp << " server connections on TCP, want 1\n" << all);
+    // rules test names the line; another port is not matched.
+    for (const std::string &port : {std::string("6379"), other}) {
+        Env e = base_env();
+        set_var(e, "RDMASOCK_RULES_FILE", rules);
+        Proc::Options o;
+        o.pipe_out = true;
+        Proc t({OFFLOAD_TOOL, "rules", "test", "redis-cli", "client", cfg.addr + ":" + port}, e, o);
+        if (!t.wait(30000))
+            t.kill_all();
+        const std::string want = port == "6379" ? "tcp: " + rules + ":2: " + rule_line + "\n"
+                                                : "rdma: no rule in " + rules + " matches\n";
+        BOOST_CHECK_MESSAGE(t.exit_code() == (port == "6379" ? 1 : 0) && t.out() == want,
+                            name << ": rules test for port " << port << ": exit " << t.exit_code() << "\n"
+                                 << t.out());
+    }
 }
 
 // memcached (libevent; a dispatcher thread accepts and hands each connection to a
@@ -3044,6 +3179,8 @@ bool init_tests()
     for (int c : {1, 8})
         add(prog, "redis_c" + std::to_string(c), [c] { program_redis(c); });
     add(prog, "redis_bgsave", program_redis_bgsave);
+    add(prog, "redis_rule", program_redis_rule);
+    add(prog, "rdmasock_iperf", program_rdmasock_iperf);
     add(prog, "memcached", program_memcached);
     add(prog, "socat_oneshot", program_socat_oneshot);
     add(prog, "socat_fork", program_socat_fork);
