@@ -105,9 +105,11 @@ std::string describe_process() noexcept
     std::string out;
     try {
         out.reserve(4096);
-        append(out, "process pid=%d uid=%u program=%s version=%s offloaded=%u ", static_cast<int>(getpid()),
-               static_cast<unsigned>(geteuid()), program_invocation_short_name, PACKAGE_VERSION,
-               rt::g_offloaded.load(std::memory_order_relaxed));
+        append(out, "process pid=%d uid=%u program=%s version=%s offloaded=%u switches=%llu setup_us_sum=%llu "
+                    "setup_us_max=%llu ",
+               static_cast<int>(getpid()), static_cast<unsigned>(geteuid()), program_invocation_short_name,
+               PACKAGE_VERSION, rt::g_offloaded.load(std::memory_order_relaxed), rt::g_setup.switches.load(),
+               rt::g_setup.us_sum.load(), rt::g_setup.us_max.load());
         append_totals(out);
         out += '\n';
         std::set<const Socket *> seen;

@@ -351,6 +351,7 @@ void print_ss(const Options &o, const std::map<pid_t, Process> &procs)
 void print_stat(const Options &o, const std::map<pid_t, Process> &procs)
 {
     std::map<std::string, unsigned long long> sum;
+    unsigned long long setup_max = 0;
     std::string json = "{\"processes\":[";
     bool first = true;
     for (const auto &p : procs) {
@@ -365,12 +366,21 @@ void print_stat(const Options &o, const std::map<pid_t, Process> &procs)
             t["live_bytes_received"] += strtoull(get(s, "bytes_received").c_str(), nullptr, 10);
         }
         for (const auto &kv : p.second.info)
-            if (kv.first.compare(0, 7, "closed_") == 0)
+            if (kv.first.compare(0, 7, "closed_") == 0 || kv.first == "switches" || kv.first == "setup_us_sum")
                 t[kv.first] += strtoull(kv.second.c_str(), nullptr, 10);
+        const unsigned long long max = strtoull(get(p.second.info, "setup_us_max").c_str(), nullptr, 10);
         Fields f;
         for (const auto &kv : t) {
             f[kv.first] = std::to_string(kv.second);
             sum[kv.first] += kv.second;
+        }
+        // How long the switches to RDMA took (connect() or accept() to the switch).
+        if (t["switches"] != 0) {
+            f["setup_us_max"] = std::to_string(max);
+            f["setup_us_mean"] = std::to_string(t["setup_us_sum"] / t["switches"]);
+            t["setup_us_max"] = max;
+            t["setup_us_mean"] = t["setup_us_sum"] / t["switches"];
+            setup_max = std::max(setup_max, max);
         }
         if (o.json) {
             json += std::string(first ? "" : ",") +
@@ -384,6 +394,10 @@ void print_stat(const Options &o, const std::map<pid_t, Process> &procs)
             printf("\n");
         }
         first = false;
+    }
+    if (sum["switches"] != 0) {
+        sum["setup_us_max"] = setup_max;
+        sum["setup_us_mean"] = sum["setup_us_sum"] / sum["switches"];
     }
     Fields all;
     for (const auto &kv : sum)

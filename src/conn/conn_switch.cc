@@ -268,11 +268,13 @@ void Conn::enter_rdma_locked(Switchover::Event e, int lowat) noexcept
         sock_->reason.store(Reason::none, std::memory_order_relaxed);
     rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
     up_.switched_to_rdma(tcp_fd_, *this);
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - made_).count();
+    rt::g_setup.record(us > 0 ? static_cast<unsigned long long>(us) : 0);
     if (log::enabled(log::kInfo))
-        log_switch_locked();
+        log_switch_locked(us);
 }
 
-void Conn::log_switch_locked() const noexcept
+void Conn::log_switch_locked(long long us) const noexcept
 {
     char local[64] = "-", peer[64] = "-";
     sockaddr_storage ss{};
@@ -283,9 +285,8 @@ void Conn::log_switch_locked() const noexcept
     errno = saved;
     if (sock_ != nullptr)
         util::format_addr(sock_->peer, peer, sizeof peer);
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - made_).count();
     log::write(log::kInfo, "event=switch fd=%d role=%s local=%s peer=%s setup_us=%lld tcp_bytes_sent=%llu tcp_bytes_received=%llu",
-               tcp_fd_, side_ == Side::client ? "client" : "server", local, peer, static_cast<long long>(us),
+               tcp_fd_, side_ == Side::client ? "client" : "server", local, peer, us,
                static_cast<unsigned long long>(sw_.tcp_sent()), static_cast<unsigned long long>(sw_.tcp_read()));
 }
 

@@ -363,7 +363,7 @@ private:
     Counters counters_;
     const Clock::time_point made_ = Clock::now();  // connect() or accept(): the switch line's setup time
     // The info-level line of the switch (rdmasock(7), LOGGING).
-    void log_switch_locked() const noexcept;
+    void log_switch_locked(long long setup_us) const noexcept;
 };
 
 }  // namespace rdmasock

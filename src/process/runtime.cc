@@ -12,6 +12,16 @@ namespace rdmasock::rt {
 
 std::atomic<unsigned> g_offloaded{0};
 std::atomic<unsigned> g_pending{0};
+SetupTimes g_setup;
+
+void SetupTimes::record(unsigned long long us) noexcept
+{
+    switches.fetch_add(1, std::memory_order_relaxed);
+    us_sum.fetch_add(us, std::memory_order_relaxed);
+    unsigned long long max = us_max.load(std::memory_order_relaxed);
+    while (us > max && !us_max.compare_exchange_weak(max, us, std::memory_order_relaxed)) {
+    }
+}
 
 namespace {
 
@@ -122,6 +132,12 @@ void no_rdma_in_fork_child() noexcept
         g_default_reason = Reason::forked_child;
 }
 
-void after_fork_child() noexcept { log::after_fork_child(); }
+void after_fork_child() noexcept
+{
+    log::after_fork_child();
+    g_setup.switches = 0;
+    g_setup.us_sum = 0;
+    g_setup.us_max = 0;
+}
 
 }  // namespace rdmasock::rt

@@ -39,6 +39,14 @@ extern std::atomic<unsigned> g_offloaded;
 // Accepted server sockets still deciding between RDMA and TCP.
 extern std::atomic<unsigned> g_pending;
 
+// The connections of this process that moved to RDMA and how long each took from its
+// connect() or accept() (rdmasock stat; a fork child counts from zero).
+struct SetupTimes {
+    std::atomic<unsigned long long> switches{0}, us_sum{0}, us_max{0};
+    void record(unsigned long long us) noexcept;
+};
+extern SetupTimes g_setup;
+
 void after_fork_child() noexcept;
 
 }  // namespace rdmasock::rt

@@ -1975,6 +1975,20 @@ void tools_ss_live()
             usleep(300000);
     }
     BOOST_CHECK_MESSAGE(seen, name << ": want 4 rows on RDMA (control and data, each end), data moving; got\n" << json);
+    // A second look: the data connection's counts have grown at both ends.
+    usleep(1000000);
+    const std::string json2 = run_tool({"ss", "--json", "--port", ps});
+    unsigned grown = 0;
+    for (auto &r : rows) {
+        const uint64_t before = r.get<uint64_t>("bytes_sent", 0) + r.get<uint64_t>("bytes_received", 0);
+        if (before <= 100000)
+            continue;
+        for (auto &r2 : ss_rows(json2))
+            if (r2.get<int>("pid", 0) == r.get<int>("pid", -1) && r2.get<int>("fd", 0) == r.get<int>("fd", -1))
+                grown += r2.get<uint64_t>("bytes_sent", 0) + r2.get<uint64_t>("bytes_received", 0) > before;
+    }
+    BOOST_CHECK_MESSAGE(grown == 2, name << ": byte counts grown at " << grown << " of 2 data connection ends\n"
+                                         << json << "\n" << json2);
     unsigned server = 0, client = 0;
     for (auto &r : rows) {
         const int pid = r.get<int>("pid", 0);
@@ -2015,6 +2029,7 @@ void tools_ss_live()
     BOOST_CHECK_MESSAGE(all.find("listener") != std::string::npos && all.find("TRANSPORT") != std::string::npos,
                         name << ": ss -a (the listener, the table's header)\n" << all);
     std::string st = run_tool({"stat", "--json", "-p", std::to_string(sp.pid())});
+    uint64_t setup_max = 0, setup_mean = 0;
     try {
         boost::property_tree::ptree j;
         std::istringstream is(st);
@@ -2022,6 +2037,9 @@ void tools_ss_live()
         BOOST_CHECK_EQUAL(j.get<int>("total.processes"), 1);
         BOOST_CHECK_EQUAL(j.get<int>("total.live_rdma"), 2);
         BOOST_CHECK(j.get<uint64_t>("total.live_bytes_received") > 100000);
+        BOOST_CHECK_EQUAL(j.get<int>("total.switches"), 2);
+        setup_max = j.get<uint64_t>("total.setup_us_max");
+        setup_mean = j.get<uint64_t>("total.setup_us_mean");
     } catch (const std::exception &e) {
         BOOST_ERROR(name << ": stat --json: " << e.what() << "\n" << st);
     }
@@ -2040,6 +2058,19 @@ void tools_ss_live()
         const auto n_switch = std::distance(std::sregex_iterator(log.begin(), log.end(), switch_re), std::sregex_iterator());
         BOOST_CHECK_MESSAGE(std::regex_search(log, start_re) && n_switch == 2,
                             name << ": want an event=start line and 2 event=switch lines in the " << side << " log\n" << log);
+        if (*side != 's')
+            continue;
+        // The server's setup times in rdmasock stat: those of its two switch lines.
+        static const std::regex us_re(R"(event=switch .* setup_us=(\d+) )");
+        uint64_t max = 0, sum = 0;
+        for (std::sregex_iterator it(log.begin(), log.end(), us_re), end; it != end; ++it) {
+            const uint64_t us = std::stoull((*it)[1].str());
+            max = std::max(max, us);
+            sum += us;
+        }
+        BOOST_CHECK_MESSAGE(setup_max == max && setup_mean == sum / 2 && max > 0,
+                            name << ": stat setup_us_max=" << setup_max << " setup_us_mean=" << setup_mean
+                                 << ", the switch lines: max " << max << ", mean " << sum / 2 << "\n" << st);
     }
     std::string after = run_tool({"ss", "--json", "--port", ps});
     BOOST_CHECK_MESSAGE(ss_empty(after), name << ": the programs are gone, yet\n" << after);
