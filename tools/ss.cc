@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <getopt.h>
 #include <map>
 #include <poll.h>
 #include <set>
@@ -239,50 +240,79 @@ void ss_usage(FILE *out)
             "      --timeout MS   wait at most MS for the processes' answers (default 1000)\n");
 }
 
-// Parses the options of ss and stat; false (after a message) on a bad one.
+// A whole decimal number in [lo, hi], else false.
+bool number(const char *s, long lo, long hi, long *out)
+{
+    char *end = nullptr;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+// Parses the options of ss and stat (getopt_long); false (after a message) on a bad one.
 bool parse(int argc, char **argv, Options &o, bool for_ss)
 {
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        auto value = [&](const char *what) -> const char * {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "rdmasock %s: %s needs a value\n", argv[0], what);
-                return nullptr;
-            }
-            return argv[++i];
-        };
-        const char *v = nullptr;
-        if (a == "-j" || a == "--json") {
+    enum { kPort = 256, kTimeout };
+    static const option longopts[] = {
+        {"json", no_argument, nullptr, 'j'},         {"all", no_argument, nullptr, 'a'},
+        {"listening", no_argument, nullptr, 'l'},    {"pid", required_argument, nullptr, 'p'},
+        {"port", required_argument, nullptr, kPort}, {"transport", required_argument, nullptr, 't'},
+        {"watch", required_argument, nullptr, 'w'},  {"timeout", required_argument, nullptr, kTimeout},
+        {"help", no_argument, nullptr, 'h'},         {nullptr, 0, nullptr, 0},
+    };
+    const char *const cmd = argv[0];
+    optind = 0;  // (a fresh scan)
+    opterr = 0;
+    long v = 0;
+    auto bad_value = [&](const char *opt) {
+        fprintf(stderr, "rdmasock %s: bad value '%s' for %s\n", cmd, optarg, opt);
+        return false;
+    };
+    for (int c; (c = getopt_long(argc, argv, ":jalp:t:w:h", longopts, nullptr)) != -1;) {
+        const bool ss_only = c == 'a' || c == 'l' || c == kPort || c == 't';
+        if (ss_only && !for_ss)
+            c = '?';
+        switch (c) {
+        case 'j':
             o.json = true;
-        } else if (for_ss && (a == "-a" || a == "--all")) {
+            break;
+        case 'a':
             o.all = true;
-        } else if (for_ss && (a == "-l" || a == "--listening")) {
+            break;
+        case 'l':
             o.listening = true;
-        } else if (a == "-p" || a == "--pid") {
-            if ((v = value("--pid")) == nullptr)
-                return false;
-            o.pid = static_cast<pid_t>(atoi(v));
-        } else if (for_ss && a == "--port") {
-            if ((v = value("--port")) == nullptr)
-                return false;
-            o.port = static_cast<unsigned>(atoi(v));
-        } else if (for_ss && (a == "-t" || a == "--transport")) {
-            if ((v = value("--transport")) == nullptr)
-                return false;
-            o.transport = v;
+            break;
+        case 'p':
+            if (!number(optarg, 1, INT_MAX, &v))
+                return bad_value("--pid");
+            o.pid = static_cast<pid_t>(v);
+            break;
+        case kPort:
+            if (!number(optarg, 1, 65535, &v))
+                return bad_value("--port");
+            o.port = static_cast<unsigned>(v);
+            break;
+        case 't':
+            o.transport = optarg;
             if (o.transport != "rdma" && o.transport != "tcp") {
-                fprintf(stderr, "rdmasock ss: the transport is rdma or tcp, not '%s'\n", v);
+                fprintf(stderr, "rdmasock ss: the transport is rdma or tcp, not '%s'\n", optarg);
                 return false;
             }
-        } else if (a == "-w" || a == "--watch") {
-            if ((v = value("--watch")) == nullptr)
-                return false;
-            o.watch_s = atoi(v);
-        } else if (a == "--timeout") {
-            if ((v = value("--timeout")) == nullptr)
-                return false;
-            o.timeout_ms = atoi(v);
-        } else if (a == "-h" || a == "--help") {
+            break;
+        case 'w':
+            if (!number(optarg, 1, 86400, &v))
+                return bad_value("--watch");
+            o.watch_s = static_cast<int>(v);
+            break;
+        case kTimeout:
+            if (!number(optarg, 1, 600000, &v))
+                return bad_value("--timeout");
+            o.timeout_ms = static_cast<int>(v);
+            break;
+        case 'h':
             if (for_ss)
                 ss_usage(stdout);
             else
@@ -291,10 +321,17 @@ bool parse(int argc, char **argv, Options &o, bool for_ss)
                        "connections by transport and by reason, bytes, and the connections closed\n"
                        "since each process started; then the sums over them all.\n");
             exit(0);
-        } else {
-            fprintf(stderr, "rdmasock %s: unknown option '%s' (--help)\n", argv[0], a.c_str());
+        case ':':
+            fprintf(stderr, "rdmasock %s: %s needs a value\n", cmd, argv[optind - 1]);
+            return false;
+        default:
+            fprintf(stderr, "rdmasock %s: unknown option '%s' (--help)\n", cmd, argv[optind - 1]);
             return false;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "rdmasock %s: unexpected argument '%s' (--help)\n", cmd, argv[optind]);
+        return false;
     }
     return true;
 }
@@ -375,7 +412,7 @@ void print_stat(const Options &o, const std::map<pid_t, Process> &procs)
             sum[kv.first] += kv.second;
         }
         // How long the switches to RDMA took (connect() or accept() to the switch).
-        if (t["switches"] != 0) {
+        if (t.count("switches") != 0 && t["switches"] != 0) {
             f["setup_us_max"] = std::to_string(max);
             f["setup_us_mean"] = std::to_string(t["setup_us_sum"] / t["switches"]);
             t["setup_us_max"] = max;
@@ -395,7 +432,7 @@ void print_stat(const Options &o, const std::map<pid_t, Process> &procs)
         }
         first = false;
     }
-    if (sum["switches"] != 0) {
+    if (sum.count("switches") != 0 && sum["switches"] != 0) {
         sum["setup_us_max"] = setup_max;
         sum["setup_us_mean"] = sum["setup_us_sum"] / sum["switches"];
     }

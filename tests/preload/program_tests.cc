@@ -376,6 +376,40 @@ BOOST_AUTO_TEST_CASE(launcher_runs_program)
     BOOST_CHECK_EQUAL(c.exit_code(), 3);
 }
 
+// The launcher's options (getopt_long): bundled and --opt=value forms, options end at
+// the program (its own options untouched), and a bad option, a missing or malformed
+// value is exit 2 with one line naming it; the same for rdmasock ss and stat.
+BOOST_AUTO_TEST_CASE(launcher_options)
+{
+    const std::string launcher = RDMASOCK_LAUNCHER;
+    Env env = testcommon::base_env();
+    testcommon::set_var(env, "RDMASOCK_LIB", kLib);
+    Result r = testcommon::run({launcher, "-nv", "--log-file=/dev/null", program("sh"), "-c",
+                                "echo $RDMASOCK_ENABLE $RDMASOCK_LOG_LEVEL $RDMASOCK_LOG_FILE \"$*\"", "sh", "-v", "--x"},
+                               env, 30000);
+    BOOST_CHECK_MESSAGE(r.exit_code() == 0 && r.out == "0 info /dev/null -v --x\n", r.describe());
+    struct Bad {
+        std::vector<std::string> args;
+        std::string err;
+    };
+    const std::vector<Bad> bad = {
+        {{"--bogus", "true"}, "rdmasock: unknown option '--bogus' (see rdmasock --help)\n"},
+        {{"-l"}, "rdmasock: option -l needs an argument\n"},
+        {{"--log-level=loud", "true"}, "rdmasock: bad log level 'loud' (error, warn, info, debug, trace)\n"},
+        {{"ss", "-p", "12x"}, "rdmasock ss: bad value '12x' for --pid\n"},
+        {{"ss", "--port", "70000"}, "rdmasock ss: bad value '70000' for --port\n"},
+        {{"ss", "--watch"}, "rdmasock ss: --watch needs a value\n"},
+        {{"stat", "-l"}, "rdmasock stat: unknown option '-l' (--help)\n"},
+        {{"ss", "now"}, "rdmasock ss: unexpected argument 'now' (--help)\n"},
+    };
+    for (const Bad &b : bad) {
+        std::vector<std::string> argv = {launcher};
+        argv.insert(argv.end(), b.args.begin(), b.args.end());
+        Result e = testcommon::run(argv, env, 30000);
+        BOOST_CHECK_MESSAGE(e.exit_code() == 2 && e.err == b.err && e.out.empty(), b.args[0] << ": " << e.describe());
+    }
+}
+
 // The offload rules (rdmasock.conf(5)), named by RDMASOCK_RULES_FILE: in one python3
 // process, a client rule keeps its connection to port A on TCP and a server rule the
 // connections its listener on port B accepts, both with reason rule; the other two ends
