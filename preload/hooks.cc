@@ -753,6 +753,110 @@ ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count) noexcep
     return sendfile_copy(*s, out_fd, in_fd, offset, count);
 }
 
+/* ---- splice(2) with an offloaded socket at one end: the kernel's would read or write
+   the TCP socket, which the connection no longer uses; the bytes are copied instead,
+   and never taken from where they come from before they are where they go. ---------- */
+
+namespace {
+constexpr size_t kSpliceChunk = 65536;
+
+// Room left in pipe `fd` (its capacity less what it holds); -1 with errno when `fd` is
+// not a pipe (EINVAL, as splice says when neither end is one).
+long pipe_room(int fd) noexcept
+{
+    const int cap = ::fcntl(fd, F_GETPIPE_SZ);
+    int held = 0;
+    if (cap < 0 || ::ioctl(fd, FIONREAD, &held) != 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    return cap > held ? cap - held : 0;
+}
+
+// Socket to pipe: peek what fits in the pipe, write it there, then take as many bytes
+// from the connection as the pipe took.  SPLICE_F_NONBLOCK is about the pipe, as in the
+// kernel: the socket's own O_NONBLOCK decides whether the read waits.
+ssize_t splice_from(Socket &s, int sock, int pipe_w, size_t len, unsigned flags) noexcept
+{
+    const bool nonblock = (flags & SPLICE_F_NONBLOCK) != 0;
+    char buf[kSpliceChunk];
+    long room;
+    while ((room = pipe_room(pipe_w)) == 0) {  // a full pipe: wait as the kernel would
+        if (nonblock || (::fcntl(pipe_w, F_GETFL) & O_NONBLOCK) != 0) {
+            errno = EAGAIN;
+            return -1;
+        }
+        pollfd p{pipe_w, POLLOUT, 0};
+        if (RS_REAL(poll)(&p, 1, -1) < 0)
+            return -1;
+    }
+    if (room < 0)
+        return -1;
+    size_t want = len < static_cast<size_t>(room) ? len : static_cast<size_t>(room);
+    if (want > sizeof buf)
+        want = sizeof buf;
+    iovec iov{buf, want};
+    const ssize_t n = rx(s, sock, &iov, 1, MSG_PEEK);
+    if (n <= 0)
+        return n;
+    const ssize_t w = RS_REAL(write)(pipe_w, buf, static_cast<size_t>(n));
+    if (w <= 0)
+        return w;
+    iovec take{buf, static_cast<size_t>(w)};
+    rx(s, sock, &take, 1, MSG_WAITALL);  // (peeked: there)
+    return w;
+}
+
+// Pipe to socket: copy the pipe's bytes without taking them (tee into a pipe of our
+// own), send them, then take from the pipe as many as were sent.  SPLICE_F_NONBLOCK:
+// an empty pipe is EAGAIN; the send waits as the socket's O_NONBLOCK says.
+ssize_t splice_to(Socket &s, int pipe_r, int sock, size_t len, unsigned flags) noexcept
+{
+    const bool nonblock = (flags & SPLICE_F_NONBLOCK) != 0;
+    int t[2];
+    if (pipe2(t, O_CLOEXEC) != 0)
+        return -1;
+    t[0] = util::move_high(t[0]);
+    t[1] = util::move_high(t[1]);
+    char buf[kSpliceChunk];
+    ssize_t r = tee(pipe_r, t[1], len < sizeof buf ? len : sizeof buf, nonblock ? SPLICE_F_NONBLOCK : 0);
+    if (r > 0) {
+        const ssize_t got = RS_REAL(read)(t[0], buf, static_cast<size_t>(r));
+        iovec iov{buf, got > 0 ? static_cast<size_t>(got) : 0};
+        r = got > 0 ? tx(s, sock, &iov, 1, 0) : got;
+        for (ssize_t left = r; left > 0;) {  // take what was sent
+            const ssize_t k = RS_REAL(read)(pipe_r, buf, static_cast<size_t>(left));
+            if (k <= 0 && errno != EINTR)
+                break;
+            left -= k > 0 ? k : 0;
+        }
+    }
+    ErrnoGuard g;
+    RS_REAL(close)(t[0]);
+    RS_REAL(close)(t[1]);
+    return r;
+}
+}  // namespace
+
+ssize_t splice(int fd_in, off64_t *off_in, int fd_out, off64_t *off_out, size_t len, unsigned int flags) noexcept
+{
+    SocketRef in = offloaded_socket(fd_in);
+    SocketRef out = in ? SocketRef() : offloaded_socket(fd_out);
+    if (!in && !out)
+        return RS_REAL(splice)(fd_in, off_in, fd_out, off_out, len, flags);
+    // The kernel's checks, in its order: one end must be a pipe (EINVAL), which takes no
+    // offset (ESPIPE), nor does a socket (EINVAL).
+    if (pipe_room(in ? fd_out : fd_in) < 0)
+        return -1;
+    if ((in ? off_out : off_in) != nullptr || (in ? off_in : off_out) != nullptr) {
+        errno = (in ? off_out : off_in) != nullptr ? ESPIPE : EINVAL;
+        return -1;
+    }
+    if (len == 0)
+        return 0;
+    return in ? splice_from(*in, fd_in, fd_out, len, flags) : splice_to(*out, fd_in, fd_out, len, flags);
+}
+
 /* ---- teardown and descriptor management -------------------------------------------- */
 
 namespace {

@@ -4,6 +4,7 @@
 // Hooks set errno like the call they replace; nothing they call throws.
 #pragma once
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>

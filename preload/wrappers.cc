@@ -5,6 +5,7 @@
 // (base/fd_slots.hh), with no call into the engine.
 #include <cstdarg>
 #include <fcntl.h>
+#include <sys/syscall.h>
 
 #include "base/fd_slots.hh"
 #include "base/real.hh"
@@ -89,6 +90,43 @@ RS_EXPORT sighandler_t bsd_signal(int signo, sighandler_t handler) noexcept
 {
     return ::rdmasock::sig::signal(signo, handler);
 }
+// syscall(2): a raw call that closes or renumbers a descriptor (SYS_close, SYS_close_range,
+// SYS_dup, SYS_dup2, SYS_dup3) takes the engine's hook, as the C library's function
+// would, so that the number is not left mapped to a closed socket (and a file that
+// reuses it sent to the peer).  Anything else, and everything before the engine is
+// loaded, goes to the C library's syscall() unchanged; like it, six arguments are read
+// whatever the call takes.
+RS_EXPORT long syscall(long number, ...) noexcept
+{
+    va_list ap;
+    va_start(ap, number);
+    long a[6];
+    for (long &x : a)
+        x = va_arg(ap, long);
+    va_end(ap);
+    if (const auto *e = ::rdmasock::shim::engine(); __builtin_expect(e != nullptr, 0)) {
+        switch (number) {
+        case SYS_close:
+            return e->close(static_cast<int>(a[0]));
+#ifdef SYS_close_range
+        case SYS_close_range:
+            return e->close_range(static_cast<unsigned>(a[0]), static_cast<unsigned>(a[1]), static_cast<int>(a[2]));
+#endif
+        case SYS_dup:
+            return e->dup(static_cast<int>(a[0]));
+#ifdef SYS_dup2
+        case SYS_dup2:
+            return e->dup2(static_cast<int>(a[0]), static_cast<int>(a[1]));
+#endif
+        case SYS_dup3:
+            return e->dup3(static_cast<int>(a[0]), static_cast<int>(a[1]), static_cast<int>(a[2]));
+        default:
+            break;
+        }
+    }
+    return RS_REAL(syscall)(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
 // dprintf: through vdprintf (above), which the engine sees for an offloaded socket.
 RS_EXPORT int dprintf(int fd, const char *format, ...) noexcept
 {

@@ -3,6 +3,7 @@
 // shared with the engine (base/shared.hh).
 #pragma once
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>

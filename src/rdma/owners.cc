@@ -1,6 +1,7 @@
 #include "base/fd.hh"
 #include "rdma/owners.hh"
 
+#include "base/real.hh"
 #include "rdma/dl.hh"
 
 #include <cerrno>
@@ -142,7 +143,7 @@ long long pinned_bytes() noexcept
             break;
         len += static_cast<size_t>(r);
     }
-    syscall(SYS_close, static_cast<int>(fd));
+    RS_REAL(close)(static_cast<int>(fd));  // (not syscall(): the shim hooks SYS_close)
     buf[len] = '\0';
     long long v = status_kb_field(buf, "VmPin");
     if (v < 0)

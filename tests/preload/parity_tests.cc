@@ -121,7 +121,7 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         "stream sendfile inet", "epipe", "eagain", "fill", "connstate", "epoll-lt", "epoll-et",
         "epoll-et-fin", "epoll-oneshot", "epoll-rdhup", "epoll-nested", "peek", "waitall", "dontwait", "dup", "dup-reuse", "nonblock-elsewhere",
         // unix: its only TCP connection is the one passed with SCM_RIGHTS
-        "unix", "stdio", "closelog inet exact", "closelog inet eof", "closelog-queued inet"};
+        "unix", "stdio", "splice", "closelog inet exact", "closelog inet eof", "closelog-queued inet"};
     static const std::set<std::string> one_pair6 = {
         "stream rw inet6", "stream msg inet6", "closelog inet6 exact", "closelog inet6 eof",
         "closelog-queued inet6"};
@@ -133,7 +133,8 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
             o->rdma = 1;
         else
             o->tcp = loopback_conn(1);
-    } else if (key == "timeouts" || key == "halfclose" || key == "dup2-live" || key == "close-range") {
+    } else if (key == "timeouts" || key == "halfclose" || key == "dup2-live" || key == "close-range" ||
+               key == "syscall-close") {
         o->rdma = 2;  // two tcp_pair()s
     } else if (key == "refused" || key == "ebadf" || key == "pipe" || key == "udp") {
         // refused connects only (no close line for a connect that failed blocking), no
@@ -1203,6 +1204,54 @@ a file takes a's number: yes
 write 1000 bytes to the file = 1000
 the file holds 1000 bytes
 b reads EOF = 0
+)")
+
+// The same through syscall(2): SYS_close, then SYS_dup3, SYS_dup and SYS_close_range; the
+// file gets the program's bytes and the peer EOF (RDMA mode: before the shim hooked
+// syscall(), the library never saw these closes).
+PARITY_CASE(raw_syscall_close_then_number_reused, ({"syscall-close"}), nullptr,
+R"(a writes = 4
+b reads = 4
+syscall(SYS_close, a) = 0
+a file takes a's number: yes
+write 1000 bytes to the file = 1000
+the file holds 1000 bytes
+b reads EOF = 0
+a writes = 4
+b reads = 4
+syscall(SYS_dup3, a, 400, 0) gives 400 = 1
+syscall(SYS_dup, a) is a new number = 1
+a writes through 400 = 4
+b reads = 4
+syscall(SYS_close_range) of the three = 0
+a file takes a's number: yes
+write 1000 bytes to the file = 1000
+the file holds 1000 bytes
+b reads EOF = 0
+)")
+
+// splice(2) between a connection and a pipe, both ways, every byte in order; then the
+// kernel's answers to a nonblocking socket with nothing to read, an empty pipe with
+// SPLICE_F_NONBLOCK, offsets (EINVAL for the socket, ESPIPE for the pipe), no pipe at
+// all, and EOF.  (RDMA mode: the kernel's splice read the TCP socket the connection no
+// longer used.)
+PARITY_CASE(splice_with_a_pipe, ({"splice"}), nullptr,
+R"(b writes 5000 bytes = 5000
+spliced from a into the pipe: 5000 bytes, in order
+write 3000 bytes into the pipe = 3000
+spliced from the pipe to a: 3000 bytes
+b reads 3000 bytes = 3000
+b got them in order
+a made nonblocking = 0
+splice from a with nothing to read = -1 EAGAIN
+a made blocking = 0
+splice from an empty pipe to a, SPLICE_F_NONBLOCK = -1 EAGAIN
+splice from a with an offset = -1 EINVAL
+splice from a with an offset for the pipe = -1 ESPIPE
+splice to a with an offset = -1 EINVAL
+splice from a to b (no pipe) = -1 EINVAL
+b shuts down its sending side = 0
+splice from a at EOF = 0
 )")
 
 // exit() while a closed connection's reader is still blocked: the connection closes as

@@ -1812,6 +1812,27 @@ int sc_dup_reuse(const Args &)
     return 0;
 }
 
+// After a's number was closed: a file takes it at once, 1000 bytes written there stay in
+// the file, and the peer b reads EOF.  Closes the file and b.
+void file_takes_the_number(int a, int b)
+{
+    char buf[1000];
+    int f = temp_file();
+    int n = f == a ? f : dup2(f, a);
+    if (n != f)
+        close(f);
+    out("a file takes a's number: %s", n == a ? "yes" : "no");
+    memset(buf, 'f', sizeof buf);
+    SHOW("write 1000 bytes to the file", write(n, buf, sizeof buf));
+    struct stat st {};
+    fstat(n, &st);
+    out("the file holds %lld bytes", static_cast<long long>(st.st_size));
+    wait_for(b, POLLIN);
+    SHOW("b reads EOF", read(b, buf, sizeof buf));
+    close(n);
+    close(b);
+}
+
 // close_range() closes a connection's number (then both numbers of a duplicated one),
 // and a file takes the number at once: what the program writes there goes to the file,
 // and the peer reads EOF.  (RDMA mode: the library kept the number as the offloaded
@@ -1836,21 +1857,97 @@ int sc_close_range(const Args &)
         SHOW("b reads", read_n(b, buf, 4));
         out("close_range of a's %s", round == 0 ? "number" : "two numbers");
         SHOW("close_range", close_range(first, last, 0));
-        int f = temp_file();
-        int n = f == a ? f : dup2(f, a);
-        if (n != f)
-            close(f);
-        out("a file takes a's number: %s", n == a ? "yes" : "no");
-        memset(buf, 'f', sizeof buf);
-        SHOW("write 1000 bytes to the file", write(n, buf, sizeof buf));
-        struct stat st {};
-        fstat(n, &st);
-        out("the file holds %lld bytes", static_cast<long long>(st.st_size));
-        wait_for(b, POLLIN);
-        SHOW("b reads EOF", read(b, buf, sizeof buf));
-        close(n);
-        close(b);
+        file_takes_the_number(a, b);
     }
+    return 0;
+}
+
+// The raw system calls that close or renumber a descriptor, made through syscall(2):
+// SYS_close of a connection's number, then SYS_dup3 and SYS_dup to two more numbers and
+// SYS_close_range of all three; each time a file takes the number at once, gets the
+// program's bytes, and the peer reads EOF.  (RDMA mode: the library did not see the
+// close and kept the number as the offloaded socket.)
+int sc_syscall_close(const Args &)
+{
+    char buf[1000] = {};
+    for (int round = 0; round < 2; ++round) {
+        Conn p = tcp_pair(AF_INET);
+        int a = p.c, b = p.s;
+        SHOW("a writes", write(a, "ping", 4));
+        SHOW("b reads", read_n(b, buf, 4));
+        if (round == 0) {
+            SHOW("syscall(SYS_close, a)", syscall(SYS_close, a));
+        } else {
+            SHOW("syscall(SYS_dup3, a, 400, 0) gives 400", syscall(SYS_dup3, a, 400, 0) == 400);
+            const long d = syscall(SYS_dup, a);
+            SHOW("syscall(SYS_dup, a) is a new number", d >= 0 && d != a);
+            SHOW("a writes through 400", write(400, "pong", 4));
+            SHOW("b reads", read_n(b, buf, 4));
+            SHOW("syscall(SYS_close_range) of the three", syscall(SYS_close_range, a, a, 0) +
+                                                              syscall(SYS_close_range, d, d, 0) +
+                                                              syscall(SYS_close_range, 400, 400, 0));
+        }
+        file_takes_the_number(a, b);
+    }
+    return 0;
+}
+
+// splice(2) between a connection and a pipe, both ways: every byte in order; then the
+// errors and edge cases: nothing to read with SPLICE_F_NONBLOCK, an offset for a socket,
+// EOF, neither end a pipe.  (RDMA mode: the kernel's splice read and wrote the TCP
+// socket the connection no longer used.)
+int sc_splice(const Args &)
+{
+    Conn p = tcp_pair(AF_INET);
+    int a = p.c, b = p.s;
+    int pp[2];
+    if (pipe(pp) != 0)
+        return 1;
+    std::string sent(5000, '\0'), got(5000, '\0');
+    for (size_t i = 0; i < sent.size(); ++i)
+        sent[i] = static_cast<char>('a' + i % 23);
+    SHOW("b writes 5000 bytes", write(b, sent.data(), sent.size()));
+    size_t total = 0;
+    while (total < sent.size()) {
+        const ssize_t n = splice(a, nullptr, pp[1], nullptr, sent.size() - total, 0);
+        if (n <= 0)
+            break;
+        if (read_n(pp[0], &got[total], static_cast<size_t>(n)) != static_cast<size_t>(n))
+            break;
+        total += static_cast<size_t>(n);
+    }
+    out("spliced from a into the pipe: %zu bytes, %s", total, got == sent ? "in order" : "DIFFERENT");
+    std::reverse(sent.begin(), sent.end());
+    sent.resize(3000);
+    SHOW("write 3000 bytes into the pipe", write(pp[1], sent.data(), sent.size()));
+    total = 0;
+    while (total < sent.size()) {
+        const ssize_t n = splice(pp[0], nullptr, a, nullptr, sent.size() - total, 0);
+        if (n <= 0)
+            break;
+        total += static_cast<size_t>(n);
+    }
+    out("spliced from the pipe to a: %zu bytes", total);
+    got.assign(3000, '\0');
+    SHOW("b reads 3000 bytes", read_n(b, &got[0], got.size()));
+    out("b got them %s", got == sent ? "in order" : "DIFFERENT");
+    // (SPLICE_F_NONBLOCK is about the pipe; the socket's own flag decides for it.)
+    SHOW("a made nonblocking", fcntl(a, F_SETFL, O_NONBLOCK));
+    SHOW("splice from a with nothing to read", splice(a, nullptr, pp[1], nullptr, 100, 0));
+    SHOW("a made blocking", fcntl(a, F_SETFL, 0));
+    SHOW("splice from an empty pipe to a, SPLICE_F_NONBLOCK",
+         splice(pp[0], nullptr, a, nullptr, 100, SPLICE_F_NONBLOCK));
+    loff_t off = 0;
+    SHOW("splice from a with an offset", splice(a, &off, pp[1], nullptr, 100, 0));
+    SHOW("splice from a with an offset for the pipe", splice(a, nullptr, pp[1], &off, 100, 0));
+    SHOW("splice to a with an offset", splice(pp[0], nullptr, a, &off, 100, 0));
+    SHOW("splice from a to b (no pipe)", splice(a, nullptr, b, nullptr, 100, 0));
+    SHOW("b shuts down its sending side", shutdown(b, SHUT_WR));
+    SHOW("splice from a at EOF", splice(a, nullptr, pp[1], nullptr, 100, 0));
+    close(pp[0]);
+    close(pp[1]);
+    close(a);
+    close(b);
     return 0;
 }
 
@@ -2979,6 +3076,8 @@ const Scenario kScenarios[] = {
     {"dup2-live", sc_dup2_live, ""},
     {"dup-reuse", sc_dup_reuse, ""},
     {"close-range", sc_close_range, ""},
+    {"syscall-close", sc_syscall_close, ""},
+    {"splice", sc_splice, ""},
     {"nonblock-elsewhere", sc_nonblock_elsewhere, ""},
     {"fork-connect", sc_fork_connect, ""},
     {"exit-deferred", sc_exit_deferred, ""},
