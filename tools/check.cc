@@ -18,6 +18,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fstream>
+#include <getopt.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -340,21 +341,65 @@ std::string field(const std::string &fields, const std::string &key)
     return "";
 }
 
+// The options of doctor (--json) and check (--json, --timeout MS), through getopt_long;
+// -1 to go on, else the exit status (after a message or the help).
+int parse_options(int argc, char **argv, const char *help, bool *json, int *timeout_ms)
+{
+    static const option with_timeout[] = {{"json", no_argument, nullptr, 'j'},
+                                          {"timeout", required_argument, nullptr, 't'},
+                                          {"help", no_argument, nullptr, 'h'},
+                                          {nullptr, 0, nullptr, 0}};
+    static const option without[] = {{"json", no_argument, nullptr, 'j'},
+                                     {"help", no_argument, nullptr, 'h'},
+                                     {nullptr, 0, nullptr, 0}};
+    const char *const cmd = argv[0];
+    const option *const longopts = timeout_ms != nullptr ? with_timeout : without;
+    optind = 0;
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, ":jh", longopts, nullptr)) != -1;) {
+        switch (c) {
+        case 'j':
+            *json = true;
+            break;
+        case 't': {
+            char *end = nullptr;
+            const long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || v < 1 || v > 600000) {
+                fprintf(stderr, "rdmasock %s: bad value '%s' for --timeout\n", cmd, optarg);
+                return 2;
+            }
+            *timeout_ms = static_cast<int>(v);
+            break;
+        }
+        case 'h':
+            fputs(help, stdout);
+            return 0;
+        case ':':
+            fprintf(stderr, "rdmasock %s: %s needs a value\n", cmd, argv[optind - 1]);
+            return 2;
+        default:
+            fprintf(stderr, "rdmasock %s: unknown option '%s' (--help)\n", cmd, argv[optind - 1]);
+            return 2;
+        }
+    }
+    return -1;
+}
+
 }  // namespace
 
 int doctor_command(int argc, char **argv, const std::string &lib)
 {
+    static const char help[] =
+        "Usage: rdmasock doctor [--json]\n"
+        "Checks this machine for RDMA: devices, ports and their addresses, the locked-memory\n"
+        "limit, the library, the system-wide install and the rules file.  Exit 0 when\n"
+        "connections could go over RDMA.\n";
     bool json = false;
-    for (int i = 1; i < argc; ++i) {
-        if (!strcmp(argv[i], "--json")) {
-            json = true;
-        } else {
-            fprintf(stderr, "Usage: rdmasock doctor [--json]\n"
-                            "Checks this machine for RDMA: devices, ports and their addresses, the locked-memory\n"
-                            "limit, the library, the system-wide install and the rules file.  Exit 0 when\n"
-                            "connections could go over RDMA.\n");
-            return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
-        }
+    if (int rc = parse_options(argc, argv, help, &json, nullptr); rc >= 0)
+        return rc;
+    if (optind < argc) {
+        fprintf(stderr, "rdmasock doctor: unexpected argument '%s' (--help)\n", argv[optind]);
+        return 2;
     }
     const auto items = machine(lib);
     const bool ok = ready(items);
@@ -371,26 +416,20 @@ int check_command(int argc, char **argv, const std::string &lib)
 {
     if (argc == 4 && !strcmp(argv[1], "--probe"))
         return probe(argv[2], atoi(argv[3]));
+    static const char help[] =
+        "Usage: rdmasock check [--json] [--timeout MS] HOST:PORT\n"
+        "Connects to HOST:PORT once under the library (the server sees a connection that\n"
+        "sends nothing) and says whether it went over RDMA, and if not why and what to do.\n"
+        "Exit 0 on RDMA, 1 on TCP, 2 when the connection could not be made.\n";
     bool json = false;
     int timeout_ms = 10000;
-    const char *target = nullptr;
-    for (int i = 1; i < argc; ++i) {
-        if (!strcmp(argv[i], "--json"))
-            json = true;
-        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
-            timeout_ms = atoi(argv[++i]);
-        else if (argv[i][0] != '-' && target == nullptr)
-            target = argv[i];
-        else
-            target = nullptr, i = argc;
-    }
-    if (target == nullptr) {
-        fprintf(stderr, "Usage: rdmasock check [--json] [--timeout MS] HOST:PORT\n"
-                        "Connects to HOST:PORT once under the library (the server sees a connection that\n"
-                        "sends nothing) and says whether it went over RDMA, and if not why and what to do.\n"
-                        "Exit 0 on RDMA, 1 on TCP, 2 when the connection could not be made.\n");
+    if (int rc = parse_options(argc, argv, help, &json, &timeout_ms); rc >= 0)
+        return rc;
+    if (optind + 1 != argc) {
+        fputs(help, stderr);
         return 2;
     }
+    const char *target = argv[optind];
     sockaddr_storage ss{};
     if (!parse_target(target, &ss)) {
         fprintf(stderr, "rdmasock check: '%s' is not ADDRESS:PORT, [IPv6]:PORT or HOST:PORT\n", target);

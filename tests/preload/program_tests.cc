@@ -378,7 +378,8 @@ BOOST_AUTO_TEST_CASE(launcher_runs_program)
 
 // The launcher's options (getopt_long): bundled and --opt=value forms, options end at
 // the program (its own options untouched), and a bad option, a missing or malformed
-// value is exit 2 with one line naming it; the same for rdmasock ss and stat.
+// value is exit 2 with one line naming it; the same for rdmasock ss, stat, check and
+// doctor.
 BOOST_AUTO_TEST_CASE(launcher_options)
 {
     const std::string launcher = RDMASOCK_LAUNCHER;
@@ -401,6 +402,9 @@ BOOST_AUTO_TEST_CASE(launcher_options)
         {{"ss", "--watch"}, "rdmasock ss: --watch needs a value\n"},
         {{"stat", "-l"}, "rdmasock stat: unknown option '-l' (--help)\n"},
         {{"ss", "now"}, "rdmasock ss: unexpected argument 'now' (--help)\n"},
+        {{"doctor", "--bogus"}, "rdmasock doctor: unknown option '--bogus' (--help)\n"},
+        {{"check", "--timeout", "0", "127.0.0.1:1"}, "rdmasock check: bad value '0' for --timeout\n"},
+        {{"check", "--timeout"}, "rdmasock check: --timeout needs a value\n"},
     };
     for (const Bad &b : bad) {
         std::vector<std::string> argv = {launcher};
