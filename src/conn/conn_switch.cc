@@ -298,14 +298,17 @@ void Conn::enter_rdma_broken_locked(const char *why) noexcept
 
 void Conn::decide_tcp_locked(Reason why) noexcept
 {
+    // The reason before the phase: a connect() waiting for the decision
+    // (RDMASOCK_CONNECT_WAIT) reads the phase without the lock and returns at once, and
+    // the program may ask RDMASOCK_INFO next (rdmasock check once read "pending").
+    if (sock_ != nullptr)
+        sock_->reason.store(why, std::memory_order_relaxed);
     sw_.on(Switchover::Event::decide_tcp);
     if (sw_.stop_verify_watch())
         refresh_watch();
     sw_.leave_pending();
-    if (sock_ != nullptr) {
-        sock_->reason.store(why, std::memory_order_relaxed);
+    if (sock_ != nullptr)
         sock_->set_offloaded(false);
-    }
     up_.decided_tcp(tcp_fd_);
     if (link_.cm_id() != nullptr)
         up_.release_rdma(*this);
