@@ -35,6 +35,7 @@
 #include "config/config.hh"
 #include "config/rules.hh"
 #include "include/rdmasock.h"
+#include "tools/ss.hh"
 
 namespace rdmasock::tool {
 
@@ -362,9 +363,8 @@ int parse_options(int argc, char **argv, const char *help, bool *json, int *time
             *json = true;
             break;
         case 't': {
-            char *end = nullptr;
-            const long v = strtol(optarg, &end, 10);
-            if (end == optarg || *end != '\0' || v < 1 || v > 600000) {
+            long v = 0;
+            if (!parse_number(optarg, 1, 600000, &v)) {
                 fprintf(stderr, "rdmasock %s: bad value '%s' for --timeout\n", cmd, optarg);
                 return 2;
             }

@@ -240,17 +240,6 @@ void ss_usage(FILE *out)
             "      --timeout MS   wait at most MS for the processes' answers (default 1000)\n");
 }
 
-// A whole decimal number in [lo, hi], else false.
-bool number(const char *s, long lo, long hi, long *out)
-{
-    char *end = nullptr;
-    errno = 0;
-    const long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
 
 // Parses the options of ss and stat (getopt_long); false (after a message) on a bad one.
 bool parse(int argc, char **argv, Options &o, bool for_ss)
@@ -286,12 +275,12 @@ bool parse(int argc, char **argv, Options &o, bool for_ss)
             o.listening = true;
             break;
         case 'p':
-            if (!number(optarg, 1, INT_MAX, &v))
+            if (!parse_number(optarg, 1, INT_MAX, &v))
                 return bad_value("--pid");
             o.pid = static_cast<pid_t>(v);
             break;
         case kPort:
-            if (!number(optarg, 1, 65535, &v))
+            if (!parse_number(optarg, 1, 65535, &v))
                 return bad_value("--port");
             o.port = static_cast<unsigned>(v);
             break;
@@ -303,12 +292,12 @@ bool parse(int argc, char **argv, Options &o, bool for_ss)
             }
             break;
         case 'w':
-            if (!number(optarg, 1, 86400, &v))
+            if (!parse_number(optarg, 1, 86400, &v))
                 return bad_value("--watch");
             o.watch_s = static_cast<int>(v);
             break;
         case kTimeout:
-            if (!number(optarg, 1, 600000, &v))
+            if (!parse_number(optarg, 1, 600000, &v))
                 return bad_value("--timeout");
             o.timeout_ms = static_cast<int>(v);
             break;
@@ -471,6 +460,18 @@ int run(int argc, char **argv, bool for_ss)
 }
 
 }  // namespace
+
+// A whole decimal number in [lo, hi], else false.
+bool parse_number(const char *s, long lo, long hi, long *out)
+{
+    char *end = nullptr;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
 
 int ss_command(int argc, char **argv) { return run(argc, argv, true); }
 int stat_command(int argc, char **argv) { return run(argc, argv, false); }
