@@ -52,24 +52,33 @@ Conn *conn_of(const SocketRef &s) noexcept
     return s ? Conn::of(s->transport) : nullptr;
 }
 
+// Register (EPOLL_CTL_ADD) or re-arm (EPOLL_CTL_MOD) the connection's eventfds for a
+// registration of `events` carrying `data`.
+int arm_shadows(int epfd, int op, uint32_t events, epoll_data_t data, Conn &c) noexcept
+{
+    uint32_t flags = events & kFlags;
+    epoll_event ev{};
+    ev.data = data;
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI)) {
+        ev.events = EPOLLIN | flags;
+        if (RS_REAL(epoll_ctl)(epfd, op, c.rd_fd(), &ev) != 0 && errno != EEXIST)
+            return -errno;
+    }
+    if (events & EPOLLOUT) {
+        ev.events = EPOLLOUT | (flags & ~EPOLLEXCLUSIVE);
+        if (RS_REAL(epoll_ctl)(epfd, op, c.wr_fd(), &ev) != 0 && errno != EEXIST)
+            return -errno;
+    }
+    return 0;
+}
+
 // Put a registration onto the connection's shadows (g_mu held).
 int add_shadows(int epfd, Set &set, int fd, Reg &r, Conn &c) noexcept
 {
     r.rd = c.rd_fd();
     r.wr = c.wr_fd();
-    uint32_t flags = r.events & kFlags;
-    epoll_event ev{};
-    ev.data = r.data;
-    if (r.events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI)) {
-        ev.events = EPOLLIN | flags;
-        if (RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, r.rd, &ev) != 0 && errno != EEXIST)
-            return -errno;
-    }
-    if (r.events & EPOLLOUT) {
-        ev.events = EPOLLOUT | (flags & ~EPOLLEXCLUSIVE);
-        if (RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, r.wr, &ev) != 0 && errno != EEXIST)
-            return -errno;
-    }
+    if (int e = arm_shadows(epfd, EPOLL_CTL_ADD, r.events, r.data, c))
+        return e;
     r.on_shadows = true;
     c.shadow_users(+1);
     set.by_data[r.data.u64] = fd;
@@ -146,10 +155,17 @@ int fixup(int epfd, epoll_event *ev, int n) noexcept
         else
             ev[hits[h].idx].events = got;
         if ((hits[h].interest & EPOLLONESHOT) && c) {
-            // One event disables the whole registration, as the kernel does.
-            epoll_event off{};
-            RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, c->rd_fd(), &off);
-            RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, c->wr_fd(), &off);
+            if (got == 0) {
+                // The kernel disarmed the eventfd that fired, but the program saw no
+                // event (a wake-up the levels did not hold, e.g. the one written at the
+                // switch; poll_mask has drained it): arm the registration again.
+                arm_shadows(epfd, EPOLL_CTL_MOD, hits[h].interest, ev[hits[h].idx].data, *c);
+            } else {
+                // One event disables the whole registration, as the kernel does.
+                epoll_event off{};
+                RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, c->rd_fd(), &off);
+                RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, c->wr_fd(), &off);
+            }
         }
     }
     int out = 0;

@@ -545,15 +545,17 @@ BOOST_AUTO_TEST_CASE(diagnosis_without_rdma, *boost::unit_test::precondition(Ins
     BOOST_CHECK_MESSAGE(g.exit_code() == 2 && g.out.find("ECONNREFUSED") != std::string::npos, g.describe());
 }
 
-// Every man page renders without a warning from groff (-ww: all of them), and the bash
-// completion loads and registers itself.
+// Every man page renders without a warning from groff (-ww: all of them, but those of
+// line breaking: FILES names paths under the configured prefix, and a long prefix such
+// as distcheck's cannot be adjusted to the line), and the bash completion loads and
+// registers itself.
 BOOST_AUTO_TEST_CASE(man_pages_and_completion, *boost::unit_test::precondition(Installed{{"groff", "bash"}}))
 {
     const std::string dir = RDMASOCK_MAN_DIR;
     for (const char *page : {"rdmasock.1", "rdmasock.7", "rdmasock.conf.5"}) {
         const std::string file = dir + "/" + page;
         BOOST_REQUIRE_MESSAGE(testcommon::file_exists(file), "not built: " << file);
-        Result r = testcommon::run({program("groff"), "-man", "-Tutf8", "-ww", "-z", file}, testcommon::base_env(), 30000);
+        Result r = testcommon::run({program("groff"), "-man", "-Tutf8", "-ww", "-Wbreak", "-z", file}, testcommon::base_env(), 30000);
         BOOST_CHECK_MESSAGE(r.exit_code() == 0 && r.err.empty(), page << ": " << r.describe());
     }
     Result c = testcommon::run({program("bash"), "-c", std::string("source '") + RDMASOCK_COMPLETION +
