@@ -433,6 +433,8 @@ int connect(int fd, const sockaddr *addr, socklen_t len) noexcept
     Reason base = rt::default_reason();
     if (base != Reason::disabled && rt::excluded(rules::client, addr))
         base = Reason::rule;
+    else if (base == Reason::pending && s->oobinline)
+        base = Reason::urgent_data;
     s->reason.store(base, std::memory_order_relaxed);
     if (base != Reason::pending)
         return r;  // no device, disabled, or a rule: nothing to negotiate
@@ -1038,6 +1040,19 @@ int getsockopt(int fd, int level, int name, void *val, socklen_t *len) noexcept
 
 int setsockopt(int fd, int level, int name, const void *val, socklen_t len) noexcept
 {
+    if (level == SOL_SOCKET && name == SO_OOBINLINE && val != nullptr && len >= sizeof(int) &&
+        *static_cast<const int *>(val) != 0) {
+        if (SocketRef s = fdt::get(fd)) {
+            if (s->offloaded() && s->transport != nullptr) {
+                if (int e = s->transport->urgent_inline()) {
+                    errno = -e;
+                    return -1;
+                }
+            } else if (s->role != Role::server) {
+                s->oobinline = true;
+            }
+        }
+    }
     int r = RS_REAL(setsockopt)(fd, level, name, val, len);
     if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT && val != nullptr && len >= sizeof(int)) {
         if (SocketRef s = offloaded_socket(fd))

@@ -465,6 +465,33 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
     }
 }
 
+int Conn::urgent_inline() noexcept
+{
+    // Urgent bytes in-band would stand in the TCP stream while the rest of the bytes
+    // come through the ring, and nothing tells where among them: the ring cannot place
+    // them.
+    std::lock_guard<std::mutex> lk(mu_);
+    switch (sw_.phase()) {
+    case Phase::maybe:
+        decide_tcp_locked(Reason::urgent_data);
+        return 0;
+    case Phase::tcp:
+        return 0;
+    default:
+        return -ENOPROTOOPT;
+    }
+}
+
+bool Conn::urgent_inline_set() const noexcept
+{
+    int on = 0;
+    socklen_t len = sizeof on;
+    const int e = errno;
+    const bool set = RS_REAL(getsockopt)(tcp_fd_, SOL_SOCKET, SO_OOBINLINE, &on, &len) == 0 && on != 0;
+    errno = e;
+    return set;
+}
+
 ssize_t Conn::send_urgent(int fd, const msghdr *msg, size_t total, int flags) noexcept
 {
     ssize_t head = 0;

@@ -178,6 +178,11 @@ public:
 
     // SO_RCVLOWAT of the socket (setsockopt hook; read from the socket at the switch).
     void set_rcvlowat(int v) noexcept override { rcvlowat_.store(v < 1 ? 1 : v, std::memory_order_relaxed); }
+    // SO_OOBINLINE: undecided, the connection stays on TCP (urgent_data); on RDMA (or a
+    // server verifying, whose client may have switched) refused with ENOPROTOOPT.
+    int urgent_inline() noexcept override;
+    // The TCP socket has SO_OOBINLINE (inherited from its listener): not for RDMA.
+    bool urgent_inline_set() const noexcept;
     // O_NONBLOCK as the program just set it (F_SETFL, FIONBIO hooks).
     void note_nonblocking(bool on) noexcept override { nb_seen_.store(on ? 1 : 0, std::memory_order_relaxed); }
     // FIONREAD / SIOCINQ and SIOCOUTQ.

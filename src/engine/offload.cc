@@ -565,6 +565,8 @@ void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
 {
     // mu held.
     Reason r = p.hello.ring.log2 > max_peer_ring_log2() ? Reason::limit : Reason::none;
+    if (r == Reason::none && c->urgent_inline_set())
+        r = Reason::urgent_data;  // SO_OOBINLINE, set on the listener it came from
     if (r == Reason::none)
         r = c->create_resources(p.id, ring_log2());
     if (r == Reason::none)
@@ -576,7 +578,7 @@ void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
         // can be artefacts of a client that gave up meanwhile (its id is gone).  Decided
         // before the DECLINE leaves: the client, once it has it, sends its bytes, and
         // the program may read them and ask the socket's state at once.
-        if (r == Reason::memlock || r == Reason::limit)
+        if (r == Reason::memlock || r == Reason::limit || r == Reason::urgent_data)
             c->note_declined(r);
         reject(p.id->get(), r);
         RS_DEBUG("declined an RDMA request: %s", reason_code(r));

@@ -123,6 +123,7 @@ SocketRef Socket::create(int domain, int type) noexcept
     s->registry.reset();
     s->last_accept_ms.store(0, std::memory_order_relaxed);
     s->rule_tcp = false;
+    s->oobinline = false;
     s->id = g_next_id.fetch_add(1, std::memory_order_relaxed);
     s->fds_.store(0, std::memory_order_relaxed);
     s->clear_offloaded();

@@ -69,6 +69,10 @@ public:
     std::shared_ptr<Registry> registry;
     std::atomic<int64_t> last_accept_ms{0};  // a listener's last accept() (steady clock, ms)
     bool rule_tcp = false;           // a listener the offload rules keep on TCP
+    // SO_OOBINLINE set before connect(): urgent bytes in the stream, which the rings
+    // cannot place (the connection stays on TCP).  (An accepted socket inherits its
+    // listener's in the kernel: the server checks the socket itself.)
+    bool oobinline = false;
     uint64_t id = 0;                 // process-unique connection id
 
     // The program's calls inside the transport (the receive and send families), plus

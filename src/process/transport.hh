@@ -54,6 +54,10 @@ public:
     // The program set O_NONBLOCK (F_SETFL, FIONBIO) or SO_RCVLOWAT through the library.
     virtual void note_nonblocking(bool) noexcept {}
     virtual void set_rcvlowat(int) noexcept {}
+    // The program is about to set SO_OOBINLINE: 0 go ahead (a connection not yet on RDMA
+    // stays on TCP), or -errno to refuse (on RDMA, the urgent byte could not be placed
+    // in the stream).
+    virtual int urgent_inline() noexcept { return 0; }
     // FIONREAD / SIOCINQ and SIOCOUTQ where the kernel socket does not know them (only
     // asked while on_rdma()).
     virtual int bytes_readable() noexcept { return 0; }

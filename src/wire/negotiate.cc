@@ -201,6 +201,7 @@ Reason decode_decline(const void *data, size_t len) noexcept
     case Reason::limit:
     case Reason::not_rdma_addr:
     case Reason::redirected:
+    case Reason::urgent_data:
         return r;
     case Reason::no_device:
         return Reason::peer_no_device;

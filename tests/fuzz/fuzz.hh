@@ -196,6 +196,7 @@ inline Reason decline_reason(uint8_t b) noexcept
     case Reason::limit:
     case Reason::not_rdma_addr:
     case Reason::redirected:
+    case Reason::urgent_data:
         return static_cast<Reason>(b);
     case Reason::no_device:
         return Reason::peer_no_device;
@@ -220,6 +221,7 @@ inline bool decline_result(Reason r) noexcept
     case Reason::peer_no_device:
     case Reason::rejected:
     case Reason::redirected:
+    case Reason::urgent_data:
         return true;
     default:
         return false;

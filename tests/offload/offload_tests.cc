@@ -1587,7 +1587,8 @@ void servers_prefork_echo()
 
 const std::vector<std::string> kScenarios = {"halfclose", "peek",     "dontwait",    "fionread",
                                              "poll",      "select",   "epoll_lt",    "epoll_et",
-                                             "epoll_oneshot", "epoll_rdhup", "rcvtimeo", "linger0"};
+                                             "epoll_oneshot", "epoll_rdhup", "rcvtimeo", "linger0",
+                                             "oobinline"};
 
 // The scenarios a tester on that side runs (a client also connects nonblocking).
 std::vector<std::string> scenario_list(bool tester_is_client)

@@ -1154,6 +1154,27 @@ void scenario(int fd, Counts &c, std::string &extra)
         uint8_t a = 0;
         if (!read_full(fd, &a, 1, c) || a != 'A')
             return t.fail("no ack after the DONTWAIT stream");
+    } else if (s == "oobinline") {
+        // SO_OOBINLINE once connected: urgent bytes would stand in the TCP stream, which
+        // the ring cannot place among its own.  A connection still undecided stays on TCP
+        // (urgent_data) and the option is set; one on RDMA refuses it (ENOPROTOOPT) and
+        // goes on.  Either way the bytes that follow arrive whole.
+        int on = 1;
+        int r = setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &on, sizeof on);
+        int e = errno;
+        int v = -1;
+        socklen_t vl = sizeof v;
+        getsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &v, &vl);
+        Info in = get_info(fd);
+        const bool rdma = in.ok && in.i.transport == RDMASOCK_RDMA;
+        if (r == 0 && (rdma || v != 1 || !in.ok || strcmp(in.i.reason_code, "urgent_data") != 0))
+            return t.fail("SO_OOBINLINE set (option %d) on a connection now %s", v, info_fields(fd).c_str());
+        if (r != 0 && (e != ENOPROTOOPT || !rdma || v != 0))
+            return t.fail("SO_OOBINLINE refused with %s (option %d) on a connection now %s", strerror(e), v,
+                          info_fields(fd).c_str());
+        t.note("oobinline_refused", r != 0);
+        t.ask_data(1000);
+        t.take(1000);
     } else if (s == "fionread") {
         int avail = -1;
         if (ioctl(fd, FIONREAD, &avail) != 0 || avail != 0)

@@ -192,6 +192,12 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         // read a non-CONFIRM; part 4 makes no connection.
         o->rdma = 3;
         o->tcp = {"client timeout", "server peer_no_rdmasock", "client timeout", "server peer_no_rdmasock"};
+    } else if (key == "oobinline") {
+        // Urgent bytes read in-band: no connection goes on RDMA.  (1) SO_OOBINLINE on
+        // the listener, inherited by the accepted socket: the server declines the request
+        // (urgent_data, which the client records).  (2) set on the client before
+        // connect(): no request; the server end sends urgent data while undecided.
+        o->tcp = {"client urgent_data", "server urgent_data", "client urgent_data", "server urgent_data"};
     } else if (key == "pass-child") {
         // The server passed its accepted connection on before using it (and before or
         // after the client's request came: declined either way).
@@ -1127,6 +1133,35 @@ read after SHUT_RD = 0
 mask after SHUT_RD = POLLIN|POLLOUT|POLLRDHUP
 write still works = 3
 peer reads = 3
+)")
+
+// Urgent data in-band (SO_OOBINLINE, set on the listener and inherited, or set before
+// connect()): the byte in its place in the stream.  RDMA mode: the rings could not place
+// it (it travels on the TCP socket): such connections stay on TCP (urgent_data).  Before,
+// they went on RDMA and the urgent byte never reached the reader.
+PARITY_CASE(urgent_data_in_band, ({"oobinline"}), nullptr,
+R"(listener SO_OOBINLINE 1 = 0
+listener SO_RCVTIMEO 150ms = 0
+accepted: getsockopt SO_OOBINLINE = 0
+SO_OOBINLINE = 1
+accepted: getsockopt SO_RCVTIMEO = 0
+SO_RCVTIMEO 140..160ms: yes
+read, nothing sent = -1 EAGAIN
+timed out after 100ms..2s: yes
+client sends abc = 3
+client sends XYZ! urgent = 4
+client sends def = 3
+server reads in-band: abcXYZ!def
+recv MSG_OOB = -1 EINVAL
+server sends 123 = 3
+client reads: 123
+client SO_OOBINLINE 1 before connect = 0
+server sends ab = 2
+server sends c! urgent = 2
+server sends de = 2
+client reads in-band: abc!de
+client sends 45 = 2
+server reads: 45
 )")
 
 /* ---- descriptors, fork, threads, signals ------------------------------------------ */

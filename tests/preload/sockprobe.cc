@@ -318,9 +318,11 @@ struct Conn {
 // that finds nothing: no effect on the kernel's sockets, and under the library the
 // connection is on RDMA before the scenario uses it.  Otherwise: connect, then accept.
 void connect_accept(int fam, int l, const sockaddr_storage &la, socklen_t ll, int *c, int *s,
-                    bool offloadable = true)
+                    bool offloadable = true, void (*before_connect)(int) = nullptr)
 {
     *c = must(socket(fam, SOCK_STREAM, 0), "socket");
+    if (before_connect != nullptr)
+        before_connect(*c);
     if (!offloadable || !env_addr(fam, nullptr)) {
         must(connect(*c, reinterpret_cast<const sockaddr *>(&la), ll), "connect");
         *s = must(accept(l, nullptr, nullptr), "accept");
@@ -1677,6 +1679,80 @@ int sc_timeouts(const Args &)
     out("mask with 5 of 5 = %s", pm(mask_now(q.c)).c_str());
     SHOW("read", read(q.c, b, sizeof b));
     close_conn(q);
+    return 0;
+}
+
+// Urgent data read in-band (SO_OOBINLINE) on a connection whose receiver set the option
+// on its listener (the accepted socket inherits it, with SO_RCVTIMEO), and on one whose
+// receiver set it before connect(): the stream with the urgent byte in its place.
+// Under the library such connections stay on TCP (urgent_data).
+std::string read_in_band(int fd, size_t want)
+{
+    std::string got;
+    char b[64];
+    for (int tries = 0; got.size() < want && tries < 40; ++tries) {
+        ssize_t r = recv(fd, b, sizeof b, MSG_DONTWAIT);
+        if (r > 0)
+            got.append(b, static_cast<size_t>(r));
+        else if (r == 0)
+            break;
+        else
+            wait_for(fd, POLLIN, 100);
+    }
+    return got;
+}
+
+int sc_oobinline(const Args &)
+{
+    sockaddr_storage la{};
+    socklen_t ll = sizeof la;
+    int l = tcp_listener(AF_INET, &la, &ll);
+    int one = 1;
+    SHOW("listener SO_OOBINLINE 1", setsockopt(l, SOL_SOCKET, SO_OOBINLINE, &one, sizeof one));
+    timeval tv{0, 150000};
+    SHOW("listener SO_RCVTIMEO 150ms", setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv));
+    int c = -1, s = -1;
+    connect_accept(AF_INET, l, la, ll, &c, &s);
+    int v = 0;
+    socklen_t vl = sizeof v;
+    SHOW("accepted: getsockopt SO_OOBINLINE", getsockopt(s, SOL_SOCKET, SO_OOBINLINE, &v, &vl));
+    out("SO_OOBINLINE = %d", v);
+    timeval got{};
+    socklen_t gl = sizeof got;
+    SHOW("accepted: getsockopt SO_RCVTIMEO", getsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &got, &gl));
+    const long us = got.tv_sec * 1000000L + got.tv_usec;  // (in jiffies: 152 ms at HZ=250)
+    out("SO_RCVTIMEO 140..160ms: %s", us >= 140000 && us <= 160000 ? "yes" : "no");
+    char b[64];
+    timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    SHOW("read, nothing sent", read(s, b, sizeof b));
+    long ms = elapsed_ms(t0);
+    out("timed out after 100ms..2s: %s", ms >= 100 && ms < 2000 ? "yes" : "no");
+    SHOW("client sends abc", send(c, "abc", 3, 0));
+    SHOW("client sends XYZ! urgent", send(c, "XYZ!", 4, MSG_OOB));
+    SHOW("client sends def", send(c, "def", 3, 0));
+    out("server reads in-band: %s", read_in_band(s, 10).c_str());
+    SHOW("recv MSG_OOB", recv(s, b, 1, MSG_OOB));
+    SHOW("server sends 123", send(s, "123", 3, 0));
+    out("client reads: %s", read_in_band(c, 3).c_str());
+    close(c);
+    close(s);
+    close(l);
+    // The option set on the client before connect().
+    l = tcp_listener(AF_INET, &la, &ll);
+    connect_accept(AF_INET, l, la, ll, &c, &s, true, [](int fd) {
+        int on = 1;
+        SHOW("client SO_OOBINLINE 1 before connect", setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &on, sizeof on));
+    });
+    SHOW("server sends ab", send(s, "ab", 2, 0));
+    SHOW("server sends c! urgent", send(s, "c!", 2, MSG_OOB));
+    SHOW("server sends de", send(s, "de", 2, 0));
+    out("client reads in-band: %s", read_in_band(c, 6).c_str());
+    SHOW("client sends 45", send(c, "45", 2, 0));
+    out("server reads: %s", read_in_band(s, 2).c_str());
+    close(c);
+    close(s);
+    close(l);
     return 0;
 }
 
@@ -3072,6 +3148,7 @@ const Scenario kScenarios[] = {
     {"dontwait", sc_dontwait, ""},
     {"timeouts", sc_timeouts, ""},
     {"halfclose", sc_halfclose, ""},
+    {"oobinline", sc_oobinline, ""},
     {"dup", sc_dup, ""},
     {"dup2-live", sc_dup2_live, ""},
     {"dup-reuse", sc_dup_reuse, ""},
