@@ -1147,7 +1147,14 @@ pid_t fork() noexcept
                 s->transport->before_fork();
         });
     }
+    // The locks a child's first close, or its exit, takes are held across the fork: the
+    // child never inherits one held by another thread, which does not exist there to
+    // release it.
+    readiness::lock_for_fork();
+    g_deferred_mu.lock();
     pid_t r = RS_REAL(fork)();
+    g_deferred_mu.unlock();
+    readiness::unlock_after_fork();
     if (r > 0 && rt::g_pending.load(std::memory_order_relaxed) != 0) {
         // Accepted connections not used yet: the child may serve them.
         ErrnoGuard g;
@@ -1158,6 +1165,15 @@ pid_t fork() noexcept
     }
     if (r == 0) {
         ErrnoGuard g;
+        // The kernel copies the descriptor table before the memory: a socket another
+        // thread opened (accept, socket) in between is in the child's table of sockets
+        // but not among its descriptors.  Such entries are dropped silently (a child
+        // that closed its descriptors logged close lines of sockets it never had).
+        fdt::for_each([](int fd, const SocketRef &) {
+            if (RS_REAL(fcntl)(fd, F_GETFD, nullptr) < 0)
+                if (SocketRef gone = fdt::remove(fd))
+                    gone->drop_fd();
+        });
         rt::after_fork_child();
         offload::after_fork_child();
         streams_after_fork_child();

@@ -169,6 +169,11 @@ void Conn::after_fork_child() noexcept
 
 void Conn::close_connection(bool abortive) noexcept
 {
+    // A fork child's copy of a connection with RDMA bound is the parent's: nothing to
+    // send or wait for here (a child that closes every descriptor waited for the
+    // parent's SWITCH up to the probe timeout per connection being verified).
+    if (parent_copy_.load(std::memory_order_acquire))
+        return;
     std::unique_lock<std::mutex> lk(mu_);
     if (side_ == Side::server && sw_.phase() == Phase::verifying && !closed_) {
         // The client is switched (or about to): its SWITCH and CONFIRM are on their

@@ -622,6 +622,9 @@ void on_decided_tcp(int fd) noexcept
         kv.second.regs.erase(fd);
 }
 
+void lock_for_fork() noexcept { g_mu.lock(); }
+void unlock_after_fork() noexcept { g_mu.unlock(); }
+
 void on_close(int fd) noexcept { on_close_range(static_cast<unsigned>(fd), static_cast<unsigned>(fd)); }
 
 void on_close_range(unsigned first, unsigned last) noexcept

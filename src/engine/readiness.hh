@@ -37,5 +37,9 @@ void on_decided_tcp(int fd) noexcept;
 void on_close(int fd) noexcept;
 // Every number in [first, last] closed at once (close_range, closefrom).
 void on_close_range(unsigned first, unsigned last) noexcept;
+// fork(): held across it, so that the child never inherits the registrations' lock
+// held by a thread that does not exist there (its first close would wait forever).
+void lock_for_fork() noexcept;
+void unlock_after_fork() noexcept;
 
 }  // namespace rdmasock::readiness

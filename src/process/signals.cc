@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <pthread.h>
 
 #include "base/real.hh"
@@ -21,11 +22,30 @@ struct Entry {
 };
 Entry g_user[NSIG];
 // sigaction calls are rare: one at a time keeps table and kernel in step.  (A plain
-// pthread mutex: the shim links no C++ runtime.)
+// pthread mutex: the shim links no C++ runtime.)  sigaction(2) is async-signal-safe and
+// survives fork(): held with every signal blocked (a handler that calls sigaction in the
+// thread holding it cannot run meanwhile), and across fork() (pthread_atfork), so that a
+// child never inherits it held by a thread that does not exist there.
 pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+void lock_for_fork() noexcept { pthread_mutex_lock(&g_mu); }
+void unlock_after_fork() noexcept { pthread_mutex_unlock(&g_mu); }
+pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+void register_atfork() noexcept { pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork); }
 struct Lock {
-    Lock() noexcept { pthread_mutex_lock(&g_mu); }
-    ~Lock() { pthread_mutex_unlock(&g_mu); }
+    sigset_t saved;
+    Lock() noexcept
+    {
+        pthread_once(&g_atfork_once, register_atfork);
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &saved);
+        pthread_mutex_lock(&g_mu);
+    }
+    ~Lock()
+    {
+        pthread_mutex_unlock(&g_mu);
+        pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+    }
     Lock(const Lock &) = delete;
     Lock &operator=(const Lock &) = delete;
 };

@@ -95,6 +95,9 @@ struct Offload {
     unsigned rdma = 0;  // connections on RDMA, both ends
     std::vector<std::string> tcp;  // "ROLE REASON" of every other close line
     bool across = false;  // the RDMA connections' two ends are in different processes
+    // At least `rdma` connections on RDMA, the others on TCP for a reason in `tcp` (as
+    // many as the scenario's timing gave).
+    bool some = false;
 };
 
 // A connection made on a loopback address when no address of its family is given.
@@ -198,6 +201,18 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         // (urgent_data, which the client records).  (2) set on the client before
         // connect(): no request; the server end sends urgent data while undecided.
         o->tcp = {"client urgent_data", "server urgent_data", "client urgent_data", "server urgent_data"};
+    } else if (key == "fork-storm") {
+        // Connection after connection while the main thread forks, as many as the forks
+        // took time for: the first (made before the forks) on RDMA; the others on RDMA or,
+        // as rdmasock(7) FORK says, on TCP when a fork came while they were negotiated
+        // (forked), or while the server end, accepted, was not yet read (its request is
+        // left to a child that may serve it: the client times out, the server end is
+        // plain TCP).
+        o->rdma = 1;
+        o->some = true;
+        for (const char *role : {"client", "server"})
+            for (const char *why : {"forked", "timeout", "peer_no_rdmasock", "pending", "closed_early"})
+                o->tcp.push_back(std::string(role) + " " + why);
     } else if (key == "pass-child") {
         // The server passed its accepted connection on before using it (and before or
         // after the client's request came: declined either way).
@@ -257,10 +272,16 @@ void check_offload(const std::vector<std::string> &args, const testcommon::Close
     }
     for (bool u : used)
         unmatched += u ? 0 : 1;
-    BOOST_CHECK_MESSAGE(pairs == want.rdma && unmatched == 0,
+    BOOST_CHECK_MESSAGE((want.some ? pairs >= want.rdma : pairs == want.rdma) && unmatched == 0,
                         "want " << want.rdma << " connection(s) on RDMA with both ends logged, got " << pairs
                                 << " (and " << unmatched << " rdma line(s) without their other end)\n"
                                 << log);
+    if (want.some) {
+        for (auto &t : tcp)
+            BOOST_CHECK_MESSAGE(std::find(want.tcp.begin(), want.tcp.end(), t) != want.tcp.end(),
+                                "a close line on TCP for an unexpected reason: " << t << "\n" << log);
+        return;
+    }
     std::sort(tcp.begin(), tcp.end());
     std::sort(want.tcp.begin(), want.tcp.end());
     std::string got_s, want_s;
@@ -1169,6 +1190,22 @@ server reads: 45
 // RDMA mode: the library's own descriptors (rdma_cm channel, devices, eventfds, ...)
 // live on high numbers (src/base/fd.hh), so the program's sockets get the same numbers
 // as without it.
+// Issue 17, point 5: a thread forks 200 times (at least 50 within 15 s; each child closes
+// its descriptors, resets its signal handlers and execs /bin/true) while another makes
+// connections with an epoll set.  Every child exits at once with status 0.  Before, in
+// RDMA mode, 1 to 3 children in 200 were still running after 3 s: each waited, at its
+// close_range, for the SWITCH of every connection the parent was verifying (the probe
+// timeout each), and a child's table could name a socket it did not have (accepted by
+// another thread between the kernel's copy of the descriptors and of the memory): its
+// close line had no local address.
+PARITY_CASE(fork_exec_storm_with_connections, ({"fork-storm"}), nullptr,
+R"(forks, 50 to 200: yes
+children still running 3000 ms after the fork: 0
+children that did not exit 0: 0
+connections made while forking: some
+exchanges that failed: 0
+)")
+
 PARITY_CASE(dup_family, ({"dup"}), check_dup_log,
 R"(a=4 b=5
 dup(a) = 3
