@@ -217,9 +217,17 @@ std::vector<std::string> remote_argv(const std::vector<std::string> &argv, const
 }
 
 // The environment of the local peer-exec client for remote_argv (base_env() drops the
-// RDMASOCK_* variables it needs).
+// RDMASOCK_* variables it needs).  Without the library's: they go to the command on the
+// other VM; the client under the library logged its own TCP connection into that
+// command's log, and a pid of one VM could equal a pid of the other (twovm/cost once
+// saw a bash's exit line checked against the server's close lines).
 Env remote_env(Env env)
 {
+    env.erase(std::remove_if(env.begin(), env.end(),
+                             [](const std::string &kv) {
+                                 return kv.rfind("LD_PRELOAD=", 0) == 0 || kv.rfind("RDMASOCK_", 0) == 0;
+                             }),
+              env.end());
     for (const char *v : {"RDMASOCK_VM_PEER", "RDMASOCK_VM_PEER_EXEC_PORT"})
         if (const char *x = getenv(v))
             set_var(env, v, x);
