@@ -1165,15 +1165,6 @@ pid_t fork() noexcept
     }
     if (r == 0) {
         ErrnoGuard g;
-        // The kernel copies the descriptor table before the memory: a socket another
-        // thread opened (accept, socket) in between is in the child's table of sockets
-        // but not among its descriptors.  Such entries are dropped silently (a child
-        // that closed its descriptors logged close lines of sockets it never had).
-        fdt::for_each([](int fd, const SocketRef &) {
-            if (RS_REAL(fcntl)(fd, F_GETFD, nullptr) < 0)
-                if (SocketRef gone = fdt::remove(fd))
-                    gone->drop_fd();
-        });
         rt::after_fork_child();
         offload::after_fork_child();
         streams_after_fork_child();
@@ -1187,6 +1178,16 @@ pid_t fork() noexcept
             // (epoll_ctl, accept) takes the hooked path (offload::listener_used).
             if (s->role == Role::listener && s->listener && s->registry)
                 s->set_offloaded(true);
+        });
+        // The kernel copies the descriptor table before the memory: a socket another
+        // thread opened (accept, socket) in between is in the child's table of sockets
+        // but not among its descriptors.  Such entries are dropped silently (a child
+        // that closed its descriptors logged close lines of sockets it never had);
+        // after the pass above, which gave each connection copy fresh locks.
+        fdt::for_each([](int fd, const SocketRef &) {
+            if (RS_REAL(fcntl)(fd, F_GETFD, nullptr) < 0)
+                if (SocketRef gone = fdt::remove(fd))
+                    gone->drop_fd();
         });
     }
     return r;
