@@ -207,14 +207,15 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         // as rdmasock(7) FORK says, on TCP when a fork came while they were negotiated
         // (forked), or while the server end, accepted, was not yet read (its request is
         // left to a child that may serve it: the client times out, the server end is
-        // plain TCP); a child's copy of a socket still connecting at the fork logs
-        // not_connected at the child's close.
+        // plain TCP, or the server declines it: rejected); a child's copy of a socket
+        // still connecting at the fork logs not_connected at the child's close.  No
+        // reason that says something failed (bad_message, resource, limit...).
         o->rdma = 1;
         o->some = true;
         for (const char *role : {"client", "server"})
-            for (const char *why : {"forked", "timeout", "peer_no_rdmasock", "pending", "closed_early"})
+            for (const char *why :
+                 {"forked", "timeout", "rejected", "peer_no_rdmasock", "pending", "closed_early", "not_connected"})
                 o->tcp.push_back(std::string(role) + " " + why);
-        o->tcp.push_back("client not_connected");
     } else if (key == "pass-child") {
         // The server passed its accepted connection on before using it (and before or
         // after the client's request came: declined either way).
