@@ -28,14 +28,35 @@ void Conn::poll_cq_locked() noexcept
         link_.refill_recvs();
     if (ring_.holding() && !link_.signalled_in_flight())
         ring_.flush();  // what the coalesced writes were waiting for has completed
-    if (sw_.confirm_pending())
-        push_confirm_locked();
+    if (sw_.frame_pending())
+        push_frame_locked();
+    if (client_fault_) {
+        // (Here, not in take_imm_locked(): deciding stops the queue pair and reads the
+        // completion queue once more.)
+        client_fault_ = false;
+        if (sw_.phase() == Phase::maybe) {
+            RS_DEBUG("connection fd=%d: the RDMA peer sent a message before the switch: TCP", tcp_fd_);
+            decide_tcp_locked(Reason::bad_message);
+        }
+    }
 }
 
 void Conn::take_imm_locked(uint32_t imm) noexcept
 {
     using Kind = RingPath::Found::Kind;
     const RingPath::Found f = ring_.take_imm(imm);
+    if (side_ == Side::client && sw_.phase() == Phase::maybe) {
+        // Before its switch a client expects only the server's PROOF_AT (once), telling
+        // where in the TCP stream the PROOF stands.  A process that accepted the RDMA
+        // connection without being the TCP peer gets no further than that: the bytes at
+        // that offset decide.
+        if (f.kind == Kind::proof_at && sw_.accept_proof_at(f.value))
+            RS_DEBUG("connection fd=%d: PROOF_AT(%u) with %llu TCP bytes read", tcp_fd_, f.value,
+                     static_cast<unsigned long long>(sw_.tcp_read()));
+        else
+            client_fault_ = true;
+        return;
+    }
     switch (f.kind) {
     case Kind::data:
     case Kind::fin:
@@ -57,9 +78,11 @@ void Conn::take_imm_locked(uint32_t imm) noexcept
         // before its switch); from the switch on it is the peer's liveness again.
         if (tcp_.eof)
             start_grace_locked();
+        strip_proof_locked();
         break;
+    case Kind::proof_at:  // (a client's is handled above)
     case Kind::switch_at:
-        if (side_ != Side::server || !sw_.accept_switch(f.value)) {
+        if (side_ != Side::server || f.kind != Kind::switch_at || !sw_.accept_switch(f.value)) {
             if (side_ == Side::server && sw_.phase() == Phase::verifying)
                 give_up_verify_locked(Reason::bad_message);
             else
@@ -79,32 +102,47 @@ void Conn::take_imm_locked(uint32_t imm) noexcept
     }
 }
 
-void Conn::push_confirm_locked() noexcept
+void Conn::push_frame_locked() noexcept
 {
-    if (ring_.st.broken() || closed_) {
-        // The SWITCH failed (the connection is reset) or the fd is gone.
-        sw_.end_confirm();
+    // Server: the PROOF (the connection is still verifying); client: the CONFIRM (it
+    // is on RDMA already).
+    const bool proof = side_ == Side::server;
+    const bool gone = proof ? sw_.phase() != Phase::verifying : ring_.st.broken();
+    if (closed_ || gone || (proof && ring_.st.broken() && !sw_.frame_started())) {
+        // The fd is gone, the connection was decided, or the message before the frame
+        // failed: the client's SWITCH (the connection is reset), the server's PROOF_AT
+        // (the client is gone, or never got it: no PROOF, and the connection is TCP).
+        sw_.end_frame();
+        if (proof && !closed_ && sw_.phase() == Phase::verifying)
+            give_up_verify_locked(Reason::timeout);
         refresh_watch();
         return;
     }
-    if (!sw_.switch_completed(link_.completed()))
-        return;  // the SWITCH has not reached the server yet
-    const int w = sw_.write_confirm(tcp_fd_);
+    if (!sw_.frame_due(link_.completed()))
+        return;  // the message before it has not reached the peer yet
+    const int w = sw_.write_frame(tcp_fd_);
     if (w == 0) {
-        // The TCP send buffer is full of the bytes before the switch: the progress
-        // thread writes the rest when it drains.
-        if (!sw_.confirm_out_watched()) {
-            sw_.set_confirm_out_watch(true);
+        // The TCP send buffer is full of the bytes before the frame: the progress thread
+        // writes the rest when it drains.
+        if (!sw_.frame_out_watched()) {
+            sw_.set_frame_out_watch(true);
             up_.watch_tcp_out(*this, true);
         }
         return;
     }
-    if (w < 0)
-        fail("cannot write the CONFIRM");
-    sw_.end_confirm();
-    if (w > 0 && sw_.confirm_out_watched()) {
-        sw_.set_confirm_out_watch(false);
+    sw_.end_frame();
+    if (w > 0 && sw_.frame_out_watched()) {
+        sw_.set_frame_out_watch(false);
         up_.watch_tcp_out(*this, false);
+    }
+    if (w < 0 && proof) {
+        give_up_verify_locked(Reason::closed_early);  // (our end of the stream was shut down)
+    } else if (w < 0) {
+        fail("cannot write the CONFIRM");
+    } else if (proof) {
+        RS_DEBUG("connection fd=%d: PROOF written after %llu TCP bytes", tcp_fd_,
+                 static_cast<unsigned long long>(sw_.tcp_sent()));
+        release_shutdown_locked();  // (the program's FIN follows it)
     }
     refresh_watch();
 }
@@ -157,8 +195,8 @@ void Conn::on_tcp_event(unsigned events) noexcept
     if (closed_)
         return;
     Phase p = sw_.phase();
-    if ((events & POLLOUT) && sw_.confirm_pending())
-        push_confirm_locked();  // the TCP socket drained: the rest of the CONFIRM
+    if ((events & POLLOUT) && sw_.frame_pending())
+        push_frame_locked();  // the TCP socket drained: the rest of the PROOF or CONFIRM
     if (side_ == Side::server && p == Phase::verifying && (events & (POLLIN | POLLRDHUP | POLLHUP))) {
         // A client that closes right after its switch: its TCP FIN comes with the
         // CONFIRM, and this edge is the only one.  Once switched, the peer's liveness
@@ -167,6 +205,12 @@ void Conn::on_tcp_event(unsigned events) noexcept
             tcp_.eof = true;
         poll_cq_locked();
         try_confirm_locked();  // switch even if the program never reads (nothing before it)
+        return;
+    }
+    if (side_ == Side::client && p == Phase::maybe && (events & (POLLIN | POLLRDHUP | POLLHUP))) {
+        // The server's PROOF may have come (its PROOF_AT is in the completion queue by
+        // then): take it and switch, even if the program never reads.
+        presw_step_locked();
         return;
     }
     if (p != Phase::rdma)
@@ -190,6 +234,8 @@ void Conn::on_tcp_event(unsigned events) noexcept
             update_shadows_locked(true);
         }
     }
+    if (side_ == Side::client && sw_.proof_ahead())
+        strip_proof_locked();
     if (side_ == Side::client && !sw_.prefix_done() && (events & (POLLIN | POLLRDHUP)))
         update_shadows_locked(true);  // the server's pre-switch bytes (or its EOF) arrived on the TCP socket
 }
@@ -202,6 +248,12 @@ void Conn::start_grace_locked() noexcept
 bool Conn::on_timer(Clock::time_point now) noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
+    if (side_ == Side::client && sw_.phase() == Phase::maybe && sw_.established() && !sw_.proof_verified() &&
+        sw_.deferred_tcp() == Reason::none && !closed_) {
+        // The server's PROOF must come before the client's time to switch is out.
+        presw_step_locked();
+        return sw_.phase() == Phase::maybe && sw_.deferred_tcp() == Reason::none && !sw_.proof_verified();
+    }
     if (!tcp_.eof || ring_.st.peer_fin || ring_.st.reset || tcp_.grace_deadline.time_since_epoch().count() == 0)
         return false;
     if (now < tcp_.grace_deadline)
@@ -240,7 +292,7 @@ uint64_t Conn::tcp_prefix_bytes_locked() const noexcept
     int tcp = 0;
     if (RS_REAL(ioctl)(tcp_fd_, FIONREAD, &tcp) != 0 || tcp <= 0)
         return 0;
-    return sw_.prefix_cap(static_cast<uint64_t>(tcp));
+    return sw_.prefix_cap(sw_.without_proof(static_cast<uint64_t>(tcp)));
 }
 
 void Conn::shadow_users(int delta) noexcept

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 
 #include "base/real.hh"
 #include "conn/iov.hh"
@@ -147,7 +148,28 @@ ssize_t Conn::recv_presw_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr
     if (presw_step_locked() != 0)
         return kLookAgain;
     const Phase p = sw_.phase();
-    const uint64_t limit = sw_.tcp_limit();
+    uint64_t limit = sw_.tcp_limit();
+    bool tcp_input = limit > 0 || (p == Phase::verifying && sw_.switch_known());
+    if (side_ == Side::client && cq_ready_ && !sw_.proof_known() && limit > 0) {
+        // The server's PROOF may be among the bytes queued: the PROOF_AT naming its
+        // offset came before it.  So the bytes are counted first, the completion queue
+        // is read next, and only the bytes counted are delivered.
+        pollfd pf{tcp_fd_, POLLRDHUP, 0};
+        int queued = 0;
+        const bool ended = RS_REAL(poll)(&pf, 1, 0) > 0;
+        if (RS_REAL(ioctl)(tcp_fd_, FIONREAD, &queued) != 0)
+            queued = 0;
+        poll_cq_locked();
+        if (sw_.phase() != Phase::maybe || sw_.proof_known())
+            return kLookAgain;
+        // (Nothing queued and the stream ended or failed: the read reports it.)
+        limit = queued > 0 ? static_cast<uint64_t>(queued) : ended ? UINT64_MAX : 0;
+    } else if (side_ == Side::client && sw_.at_proof_offset()) {
+        // Part of the PROOF is there: the rest will come (wait without the TCP socket,
+        // which is readable with it).
+        int queued = 0;
+        tcp_input = RS_REAL(ioctl)(tcp_fd_, FIONREAD, &queued) != 0 || queued == 0;
+    }
     const bool block = !((flags & MSG_DONTWAIT) || nonblocking());
     if (limit > 0) {
         // A blocking call reads once poll() says readable, which honours SO_RCVLOWAT as
@@ -159,6 +181,8 @@ ssize_t Conn::recv_presw_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr
         }
         if (ready) {
             ssize_t r = presw_recv_locked(msg, done, total, limit, flags);
+            if (r > 0 && sw_.at_proof_offset())
+                presw_step_locked();  // the PROOF follows: take it now (the program may not read again)
             if (r > 0) {
                 done += static_cast<size_t>(r);
                 if (!waitall || done == total)
@@ -175,7 +199,6 @@ ssize_t Conn::recv_presw_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr
         return done > 0 ? partial : -EAGAIN;
     // Gated (a server waiting for the SWITCH): the TCP socket may be readable with bytes
     // not ours to deliver yet; sleep on the eventfd and completions.
-    const bool tcp_input = limit > 0 || (p == Phase::verifying && sw_.switch_known());
     int w = wait(sh_.rd_fd(), POLLIN, tcp_input ? POLLIN : 0, false, lk, dl);
     if (w < 0)
         return done > 0 ? partial : w;
@@ -190,7 +213,9 @@ ssize_t Conn::recv_prefix_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, 
     // buffer at `done` (MSG_WAITALL fills it across both sources).
     const bool peek = flags & MSG_PEEK;
     const bool waitall = (flags & MSG_WAITALL) && !peek;
-    const size_t want = static_cast<size_t>(sw_.prefix_cap(total - done));
+    // (Never beyond a PROOF still in the stream: it is taken out once it is next.)
+    strip_proof_locked();
+    const size_t want = static_cast<size_t>(sw_.proof_cap(sw_.prefix_cap(total - done)));
     const int fl = MSG_DONTWAIT | (flags & MSG_PEEK);
     ssize_t r = want ? iov::tcp_recv_at(tcp_fd_, msg, done, want, fl) : 0;
     const int e = errno;
@@ -285,6 +310,8 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
         just_polled = false;
         if (total == 0)
             return 0;
+        if (side_ == Side::client && sw_.proof_ahead())
+            strip_proof_locked();
         if (side_ == Side::client && !sw_.prefix_done()) {
             const ssize_t r = recv_prefix_locked(lk, msg, flags, total, done, dl);
             if (r == kLookAgain)
@@ -352,6 +379,13 @@ ssize_t Conn::send_presw_locked(std::unique_lock<std::mutex> &lk, int fd, const 
         lk.lock();
         return kLookAgain;
     }
+    if (shut_held_) {  // (shutdown(SHUT_WR) waits for the PROOF: as after the kernel's)
+        if (!(flags & MSG_NOSIGNAL))
+            raise(SIGPIPE);
+        return -EPIPE;
+    }
+    if (ssize_t h = hold_for_proof_locked(lk, flags, dl); h != 0)
+        return h;
     ssize_t r = RS_REAL(sendmsg)(call_fd_locked(fd), msg, flags | MSG_DONTWAIT);
     if (r >= 0) {
         // The urgent byte is not in the peer's in-band stream (one per send;
@@ -366,6 +400,56 @@ ssize_t Conn::send_presw_locked(std::unique_lock<std::mutex> &lk, int fd, const 
     // bytes go to the ring).
     int w = wait(sh_.rd_fd(), POLLIN, POLLOUT, true, lk, dl);
     return w < 0 ? w : kLookAgain;
+}
+
+ssize_t Conn::hold_for_proof_locked(std::unique_lock<std::mutex> &lk, int flags, Deadline &dl) noexcept
+{
+    if (side_ != Side::server || !sw_.frame_pending())
+        return 0;
+    poll_cq_locked();  // (the PROOF_AT's completion writes the PROOF)
+    if (!sw_.frame_pending() || sw_.phase() != Phase::verifying)
+        return sw_.phase() == Phase::verifying ? 0 : kLookAgain;
+    if (sw_.frame_started()) {
+        // The rest of the PROOF goes first: the send buffer is full, as for any write.
+        if ((flags & MSG_DONTWAIT) || nonblocking())
+            return -EAGAIN;
+        int w = wait(sh_.rd_fd(), POLLIN, POLLOUT, true, lk, dl);
+        return w < 0 ? w : kLookAgain;
+    }
+    // The PROOF_AT is on its way to the client (a round trip): the program's bytes
+    // follow the PROOF, whether the socket blocks or not.
+    if (sw_.frame_wait_over(Clock::now())) {
+        sw_.end_frame();  // (the client never sees a PROOF: it stays on TCP too)
+        give_up_verify_locked(Reason::timeout);
+        return kLookAgain;
+    }
+    lk.unlock();
+    pollfd p{comp_fd(), POLLIN, 0};
+    RS_REAL(poll)(&p, 1, 1);
+    lk.lock();
+    return kLookAgain;
+}
+
+void Conn::finish_proof_locked(std::unique_lock<std::mutex> &lk) noexcept
+{
+    if (side_ != Side::server || !sw_.frame_pending())
+        return;
+    const auto until = Clock::now() + std::chrono::milliseconds(rt::config().probe_timeout_ms + 250);
+    while (sw_.phase() == Phase::verifying && sw_.frame_pending() && !closed_ && Clock::now() < until) {
+        poll_cq_locked();  // (the PROOF_AT's completion writes it)
+        if (!sw_.frame_pending())
+            break;
+        const bool started = sw_.frame_started();
+        lk.unlock();
+        pollfd p[2] = {{comp_fd(), POLLIN, 0}, {tcp_fd_, POLLOUT, 0}};
+        RS_REAL(poll)(p, started ? 2 : 1, 5);
+        lk.lock();
+    }
+    if (sw_.phase() == Phase::verifying && sw_.frame_pending() && !sw_.frame_started()) {
+        // Never written: the client finds the end of the stream where it was to stand.
+        sw_.end_frame();
+        give_up_verify_locked(Reason::closed_early);
+    }
 }
 
 ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
@@ -532,8 +616,32 @@ ssize_t Conn::send_urgent(int fd, const msghdr *msg, size_t total, int flags) no
 int Conn::shutdown(int fd, int how) noexcept
 {
     std::unique_lock<std::mutex> lk(mu_);
-    if (side_ == Side::client && sw_.phase() == Phase::maybe)
+    if (shut_held_ && how != SHUT_RD) {  // (shut down already, as far as the program sees)
+        lk.unlock();
+        if (how == SHUT_RDWR)
+            return RS_REAL(shutdown)(fd, SHUT_RD) < 0 ? -errno : 0;
+        return 0;
+    }
+    const bool client_held = side_ == Side::client && sw_.phase() == Phase::maybe && sw_.established() &&
+                             sw_.deferred_tcp() == Reason::none;
+    if (side_ == Side::client && sw_.phase() == Phase::maybe && !(client_held && how != SHUT_RD))
         decide_tcp_locked(Reason::closed_early);  // a switch could not send its CONFIRM
+    const bool server_held =
+        side_ == Side::server && sw_.phase() == Phase::verifying && !sw_.proof_written();
+    if ((client_held || server_held) && how != SHUT_RD) {
+        // A server's PROOF (to come: the RDMA connection may not even be established
+        // yet), a client's CONFIRM (once it has the PROOF) must stand in the stream
+        // before its FIN: the TCP socket is shut down once it is written, or once the
+        // connection is decided without it (a client that switches ends its stream over
+        // RDMA instead).  The program sees the kernel's shutdown at once (a write fails
+        // with EPIPE).
+        sw_.note_tcp_shutdown(how);
+        shut_held_ = true;
+        lk.unlock();
+        if (how == SHUT_RDWR)
+            return RS_REAL(shutdown)(fd, SHUT_RD) < 0 ? -errno : 0;
+        return 0;
+    }
     if (sw_.phase() != Phase::rdma) {
         // A server that has not switched yet: its FIN goes into the TCP stream after its
         // TCP bytes; if the connection switches all the same, the ring's end of the
@@ -579,8 +687,14 @@ int Conn::bytes_unacked() noexcept
 
 Counters Conn::counters(int fd) noexcept
 {
-    if (sw_.phase() == Phase::tcp)
-        return kernel_tcp().counters(fd);
+    if (sw_.phase() == Phase::tcp) {
+        // (The kernel counts a PROOF in the stream; the program never saw it.)
+        Counters k = kernel_tcp().counters(fd);
+        std::lock_guard<std::mutex> lk(mu_);
+        uint64_t &n = side_ == Side::client ? k.bytes_received : k.bytes_sent;
+        n -= n < sw_.proof_bytes() ? n : sw_.proof_bytes();
+        return k;
+    }
     std::lock_guard<std::mutex> lk(mu_);
     return counters_;
 }

@@ -29,30 +29,109 @@ int socket_rcvlowat(int fd) noexcept
 
 /* ---- negotiation --------------------------------------------------------------------- */
 
-Reason Conn::client_established() noexcept
+Reason Conn::client_established(Clock::time_point switch_by) noexcept
 {
-    const int lowat = socket_rcvlowat(tcp_fd_);
     std::lock_guard<std::mutex> lk(mu_);
     if (closed_ || sw_.phase() != Phase::maybe)
         return Reason::not_connected;
+    // Whoever accepted the RDMA connection knows the nonce, but only the TCP peer can
+    // write into the TCP stream: nothing of ours goes over RDMA (and no CONFIRM into
+    // the stream) before the PROOF stands in it where the PROOF_AT said.
+    sw_.set_established(switch_by);
+    presw_step_locked();  // (the PROOF may be taken already)
+    return Reason::none;
+}
+
+int Conn::client_presw_locked() noexcept
+{
+    // The PROOF_AT comes before the PROOF (the server writes the PROOF once its
+    // PROOF_AT has completed here): completions first, then the TCP stream.
+    if (cq_ready_ && !sw_.proof_known())
+        poll_cq_locked();
+    if (sw_.phase() != Phase::maybe)
+        return sw_.phase() == Phase::rdma ? 1 : -1;
+    if (sw_.proof_ahead()) {
+        const int t = sw_.look_for_proof(tcp_fd_);
+        if (t < 0) {
+            // Something else stands where the PROOF should: whoever accepted the RDMA
+            // connection is not the TCP peer (or the stream ended there).  Those bytes
+            // are the stream's.
+            sw_.end_proof();
+            const Reason d = sw_.deferred_tcp();
+            RS_DEBUG("connection fd=%d: no PROOF at offset %llu: TCP", tcp_fd_,
+                     static_cast<unsigned long long>(sw_.tcp_taken()));
+            decide_tcp_locked(d != Reason::none ? d : t == -1 ? Reason::closed_early : Reason::unproved);
+            return -1;
+        }
+        if (t > 0 && sw_.proof_taken())
+            RS_DEBUG("connection fd=%d: PROOF taken at offset %llu", tcp_fd_,
+                     static_cast<unsigned long long>(sw_.tcp_taken()));
+    }
+    if (sw_.deferred_tcp() != Reason::none) {
+        // Decided while the PROOF was on its way: TCP once it is out of the stream (a
+        // PROOF that came late after all: the server was slow, not an impostor).
+        if (sw_.proof_ahead())
+            return 0;
+        const Reason d = sw_.deferred_tcp();
+        decide_tcp_locked(d == Reason::unproved && sw_.proof_taken() ? Reason::timeout : d);
+        return -1;
+    }
+    if (sw_.proof_verified())
+        return sw_.established() ? client_switch_locked() : 0;
+    if (sw_.established() && sw_.switch_too_late(Clock::now())) {
+        // No PROOF_AT in time (timeout), or no PROOF where it said (unproved: the bytes
+        // at its offset never came; whoever accepted may not be the TCP peer).
+        RS_DEBUG("connection fd=%d: no %s from the RDMA peer in time: TCP", tcp_fd_,
+                 sw_.proof_known() ? "PROOF" : "PROOF_AT");
+        decide_tcp_locked(sw_.proof_known() ? Reason::unproved : Reason::timeout);
+        return sw_.phase() == Phase::maybe ? 0 : -1;  // (still to take out of the stream)
+    }
+    return 0;
+}
+
+int Conn::client_switch_locked() noexcept
+{
+    // The server waits for the SWITCH for switch_window() from its accept, which came
+    // after our request.  A SWITCH sent later than that (a progress thread busy with
+    // other connections' set-up, a program slow to read up to the PROOF) could arrive
+    // after the server gave up, and its CONFIRM would then be bytes of the server
+    // program's stream: too late, the connection stays on TCP (the PROOF is out of it).
+    if (sw_.switch_too_late(Clock::now())) {
+        RS_DEBUG("connection fd=%d: the PROOF came too late to switch", tcp_fd_);
+        decide_tcp_locked(Reason::timeout);
+        return -1;
+    }
     // SWITCH(n): the server delivers n TCP bytes, then expects the CONFIRM.  Signalled:
     // the CONFIRM goes into the TCP stream only once the SWITCH has reached the server,
     // so a server that has not seen it (and gives up) never finds a CONFIRM in its
     // stream.
     if (sw_.tcp_sent() > neg::kImmValueMask) {
         decide_tcp_locked(Reason::limit);
-        return Reason::limit;
+        return -1;
     }
+    const int lowat = socket_rcvlowat(tcp_fd_);
     link_.signal_next();
     if (ring_.post_ctrl(neg::Imm::switch_at, static_cast<uint32_t>(sw_.tcp_sent())) != 0) {
         decide_tcp_locked(Reason::resource);
-        return Reason::resource;
+        return -1;
     }
-    sw_.start_confirm(link_.posted());
+    sw_.start_frame(Switchover::Frame::confirm, link_.posted(), Clock::time_point::max());
     enter_rdma_locked(Switchover::Event::client_switch, lowat);
+    if (shut_held_) {
+        // The program shut down writing while the PROOF was on its way: its end of the
+        // stream goes over RDMA, right after the SWITCH (the TCP socket stays open for
+        // the CONFIRM).
+        shut_held_ = false;
+        ring_.st.shut_wr = true;
+        if (sw_.tcp_shut_rd())
+            ring_.st.shut_rd = true;
+        if (ring_.post_ctrl(neg::Imm::fin, 0) == 0)
+            ring_.st.fin_sent = true;
+    }
+    refresh_watch();  // the progress thread writes the CONFIRM at the SWITCH's completion
     RS_DEBUG("connection fd=%d: client switched to RDMA after %llu TCP bytes", tcp_fd_,
              static_cast<unsigned long long>(sw_.tcp_sent()));
-    return Reason::none;
+    return 1;
 }
 
 void Conn::client_failed(Reason why) noexcept
@@ -69,7 +148,8 @@ void Conn::client_failed(Reason why) noexcept
 bool Conn::begin_verify(const neg::Nonce &n) noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
-    if (closed_ || sw_.phase() != Phase::maybe)
+    // (A program that shut down writing can no longer put a PROOF into its stream.)
+    if (closed_ || sw_.phase() != Phase::maybe || sw_.tcp_shut_wr())
         return false;
     // From here on no TCP byte is delivered beyond what the SWITCH will name; a peer
     // that never sends it (a third party that knew the 4-tuple) holds the stream only
@@ -85,6 +165,25 @@ void Conn::server_established() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
     sh_.wake();  // wake waiters: the SWITCH can now arrive
+    if (closed_ || sw_.phase() != Phase::verifying || sw_.frame_pending())
+        return;
+    // Prove to the client, in the TCP stream, that this process is its TCP peer:
+    // PROOF_AT(m) over RDMA, then, once it has reached the client, the PROOF at offset
+    // m.  The program's bytes wait meanwhile (hold_for_proof_locked).
+    if (sw_.tcp_sent() > neg::kImmValueMask) {
+        give_up_verify_locked(Reason::limit);
+        return;
+    }
+    link_.signal_next();
+    if (ring_.post_ctrl(neg::Imm::proof_at, static_cast<uint32_t>(sw_.tcp_sent())) != 0) {
+        give_up_verify_locked(Reason::resource);
+        return;
+    }
+    // (A round trip, unless the client's queue pair is gone: then the program's bytes
+    // go on without a PROOF, and the connection is TCP.)
+    sw_.start_frame(Switchover::Frame::proof, link_.posted(),
+                    Clock::now() + std::chrono::milliseconds(rt::config().probe_timeout_ms + 250));
+    refresh_watch();
 }
 
 void Conn::abandon_rdma() noexcept
@@ -96,6 +195,7 @@ void Conn::abandon_rdma() noexcept
         // may have a CONFIRM behind it in the TCP stream.
         poll_cq_locked();
         if (!sw_.switch_known()) {
+            release_shutdown_locked();
             sw_.on(Switchover::Event::server_unverify);
             sh_.wake();
             if (sw_.stop_verify_watch())
@@ -153,8 +253,10 @@ int Conn::presw_step_locked() noexcept
 {
     const Phase p = sw_.phase();
     if (p == Phase::maybe) {
+        if (side_ == Side::client)
+            return client_presw_locked();
         // A server's connection that no RDMA request claimed in time is plain TCP.
-        if (side_ == Side::server && sw_.maybe_expired(Clock::now())) {
+        if (sw_.maybe_expired(Clock::now())) {
             decide_tcp_locked(undecided_reason());
             return -1;
         }
@@ -177,7 +279,7 @@ int Conn::presw_gated() noexcept
     std::lock_guard<std::mutex> lk(mu_);
     if (sw_.phase() == Phase::rdma || presw_step_locked() > 0)
         return -1;
-    return sw_.phase() == Phase::verifying && sw_.tcp_limit() == 0 ? 1 : 0;
+    return sw_.phase() != Phase::tcp && sw_.tcp_limit() == 0 ? 1 : 0;
 }
 
 int Conn::gate_expired_locked() noexcept
@@ -257,6 +359,8 @@ int Conn::try_confirm_locked() noexcept
 
 void Conn::enter_rdma_locked(Switchover::Event e, int lowat) noexcept
 {
+    if (side_ == Side::server)
+        release_shutdown_locked();
     set_rcvlowat(lowat);
     sw_.on(e);
     sw_.leave_pending();
@@ -296,8 +400,43 @@ void Conn::enter_rdma_broken_locked(const char *why) noexcept
     fail(why);
 }
 
+void Conn::release_shutdown_locked() noexcept
+{
+    if (shut_held_ && !closed_) {
+        shut_held_ = false;
+        const int saved = errno;
+        RS_REAL(shutdown)(tcp_fd_, SHUT_WR);
+        errno = saved;
+    }
+}
+
 void Conn::decide_tcp_locked(Reason why) noexcept
 {
+    if (side_ == Side::client && sw_.phase() == Phase::maybe) {
+        if (sw_.deferred_tcp() == Reason::none && link_.cm_id() != nullptr) {
+            // The queue pair stops first, then the completion queue is read once more: a
+            // PROOF_AT that got in before is seen (its PROOF may follow in the stream),
+            // and none can get in, nor be acknowledged (so no PROOF can follow), after.
+            up_.release_rdma(*this);
+            if (cq_ready_)
+                poll_cq_locked();
+            if (sw_.phase() != Phase::maybe)
+                return;  // (decided meanwhile)
+        }
+        if (sw_.proof_known() && !sw_.proof_taken()) {
+            // The PROOF is (or will be) in the stream: the connection is on TCP for
+            // every purpose but one: its bytes go through the library until the PROOF
+            // is out of the stream (client_presw_locked).
+            if (sw_.deferred_tcp() == Reason::none) {
+                sw_.defer_tcp(why);
+                if (sock_ != nullptr)
+                    sock_->reason.store(why, std::memory_order_relaxed);
+            }
+            release_shutdown_locked();  // (no CONFIRM will go before its FIN now)
+            return;
+        }
+    }
+    release_shutdown_locked();  // (a server's FIN waited for its PROOF)
     // The reason before the phase: a connect() waiting for the decision
     // (RDMASOCK_CONNECT_WAIT) reads the phase without the lock and returns at once, and
     // the program may ask RDMASOCK_INFO next (rdmasock check once read "pending").

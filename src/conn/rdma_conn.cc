@@ -46,6 +46,7 @@ Reason Conn::post_initial_receives() noexcept
     std::lock_guard<std::mutex> lk(mu_);
     if (link_.post_recvs(Link::kRecvDepth) != 0 || link_.arm() != 0)
         return Reason::resource;
+    cq_ready_ = true;
     return Reason::none;
 }
 
@@ -54,6 +55,7 @@ std::shared_ptr<rdma::CmId> Conn::release_client_rdma() noexcept
     std::lock_guard<std::mutex> lk(mu_);
     if (sw_.phase() == Phase::rdma)
         return {};
+    cq_ready_ = false;
     return link_.release();
 }
 
@@ -63,6 +65,7 @@ std::shared_ptr<rdma::CmId> Conn::restart_client_rdma() noexcept
     if (side_ != Side::client || sw_.phase() != Phase::maybe || closed_)
         return {};
     auto id = link_.cm_id_ref();
+    cq_ready_ = false;
     link_.release_queues();  // the queue pair before the rings it used
     ring_.release();
     return id;
@@ -175,6 +178,27 @@ void Conn::close_connection(bool abortive) noexcept
     if (parent_copy_.load(std::memory_order_acquire))
         return;
     std::unique_lock<std::mutex> lk(mu_);
+    if (side_ == Side::client && sw_.phase() == Phase::maybe && !closed_) {
+        // A negotiating client stays on TCP (closed_early): its queue pair stops, and a
+        // PROOF_AT that got in before means a PROOF in the stream.  Unread, it would make
+        // our kernel answer with a reset where the program's close sends a FIN: it is
+        // taken out first when it is next (briefly waited for: it follows its PROOF_AT by
+        // the server's write).  (Bytes of the program's left unread reset the connection
+        // at close, as the kernel's TCP does.)
+        decide_tcp_locked(Reason::closed_early);
+        const auto until = Clock::now() + std::chrono::milliseconds(200);
+        while (!abortive && sw_.phase() == Phase::maybe && sw_.at_proof_offset() && Clock::now() < until) {
+            if (presw_step_locked() != 0)
+                break;
+            lk.unlock();
+            pollfd pf{tcp_fd_, POLLIN, 0};
+            RS_REAL(poll)(&pf, 1, 10);
+            lk.lock();
+        }
+        return;
+    }
+    if (side_ == Side::server && !closed_)
+        finish_proof_locked(lk);  // (the client switches only once it has it)
     if (side_ == Side::server && sw_.phase() == Phase::verifying && !closed_) {
         // The client is switched (or about to): its SWITCH and CONFIRM are on their
         // way.  Take them and switch before closing, so that the client reads an
@@ -197,6 +221,7 @@ void Conn::close_connection(bool abortive) noexcept
     if (sw_.phase() != Phase::rdma)
         return;
     poll_cq_locked();
+    strip_proof_locked();
     RingPath::Status &st = ring_.st;
     if (st.broken())
         return;
@@ -245,9 +270,9 @@ void Conn::close_connection(bool abortive) noexcept
     }
     // A client's CONFIRM must be whole in the TCP stream before the socket closes: the
     // server delivers nothing of ours without it.
-    while (sw_.confirm_pending() && !st.broken()) {
-        push_confirm_locked();
-        if (!sw_.confirm_pending())
+    while (sw_.frame_pending() && !st.broken()) {
+        push_frame_locked();
+        if (!sw_.frame_pending())
             break;
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
         if (left <= 0)

@@ -57,12 +57,35 @@ public:
     rdma::CmId *cm_id() const noexcept { return link_.cm_id(); }
     std::shared_ptr<rdma::CmId> cm_id_ref() const noexcept { return link_.cm_id_ref(); }
 
-    // Client: the RDMA connection is established and the peer's ring set.  Posts
-    // SWITCH(TCP bytes sent so far) and goes to rdma; the CONFIRM follows on the TCP
-    // stream once the SWITCH has completed.  Returns Reason::none, or why not (the
-    // connection was decided or closed meanwhile: not_connected; too many TCP bytes:
-    // limit), in which case nothing was posted.
-    Reason client_established() noexcept;
+    // Client: the RDMA connection is established and the peer's ring set.  The server
+    // proves next, in the TCP stream, that it is the TCP peer (its PROOF at the offset
+    // its PROOF_AT names); once the PROOF is taken out of the stream, before
+    // `switch_by`, the client posts SWITCH(TCP bytes sent so far) and goes to rdma; the
+    // CONFIRM follows on the TCP stream once the SWITCH has completed.  Returns
+    // Reason::none, or not_connected (the connection was decided or closed meanwhile).
+    Reason client_established(std::chrono::steady_clock::time_point switch_by) noexcept;
+    // Decided: on RDMA, or on TCP (a client's bytes may still go through the library
+    // until the server's PROOF is out of the stream).
+    bool decided() const noexcept
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        return sw_.phase() == Phase::rdma || sw_.phase() == Phase::tcp || sw_.deferred_tcp() != Reason::none;
+    }
+    // Server: the program shut down writing (a request for the connection can no longer
+    // be proved in its stream).
+    bool write_shut() const noexcept
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        return sw_.tcp_shut_wr();
+    }
+    // Client: the server's PROOF has not come (for `d` since its PROOF_AT) behind bytes
+    // of the server's the program has not read: they may have to be read first (the
+    // server's socket buffer full of them).
+    bool proof_behind_bytes(std::chrono::steady_clock::duration d) const noexcept
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        return sw_.phase() == Phase::maybe && sw_.proof_behind_bytes(Clock::now(), d);
+    }
     // Client: the negotiation ended without RDMA (the socket stays on TCP with `why`).
     void client_failed(Reason why) noexcept;
     // Client, the negotiation over without RDMA: the queue pair goes, and the rdma_cm id
@@ -106,7 +129,8 @@ public:
     // Server: why a socket no RDMA request bound is on TCP (the reason this process
     // declined one with, else no rdmasock on the client).
     Reason undecided_reason() const noexcept { return sw_.undecided_reason(); }
-    // Server: the RDMA connection for this socket is established.
+    // Server: the RDMA connection for this socket is established: PROOF_AT, then (once
+    // it has completed) the PROOF in the TCP stream.
     void server_established() noexcept;
     // The RDMA side is gone before the switch (reject, disconnect, error): tcp.
     void abandon_rdma() noexcept;
@@ -204,10 +228,11 @@ public:
     // wake-up of the progress thread and a fight for the connection's lock).
     bool coalescing_watched() const noexcept { return coalescing_watched_.load(); }
     // The progress thread must watch the completion channel: epoll registrations on the
-    // eventfds, held-back writes, or a CONFIRM to write when the SWITCH completes.
+    // eventfds, held-back writes, or a PROOF or CONFIRM to write when the message
+    // before it completes.
     bool needs_progress() const noexcept
     {
-        return sh_.has_users() || coalescing_watched_.load() || sw_.confirm_pending() || sw_.verify_watched();
+        return sh_.has_users() || coalescing_watched_.load() || sw_.frame_pending() || sw_.verify_watched();
     }
     // Make the progress thread's watch of the completion channel match needs_progress()
     // (serialised: concurrent changes cannot leave it wrong).
@@ -253,12 +278,36 @@ private:
     // --- completions (conn_events.cc) ---
     void poll_cq_locked() noexcept;
     void take_imm_locked(uint32_t imm) noexcept;
-    // Client: write (the rest of) the CONFIRM once the SWITCH has completed.
-    void push_confirm_locked() noexcept;
+    // Write (the rest of) the server's PROOF once its PROOF_AT has completed, or the
+    // client's CONFIRM once its SWITCH has.
+    void push_frame_locked() noexcept;
+    // Server: the program's bytes wait while the PROOF is due (its PROOF_AT in flight,
+    // or part of it still to write).  kLookAgain when it waited, 0 when nothing is due,
+    // or the call's error.
+    ssize_t hold_for_proof_locked(std::unique_lock<std::mutex> &lk, int flags, Deadline &dl) noexcept;
+    // Server: the PROOF due goes into the stream before the end of it (shutdown, close),
+    // waited for (bounded); never written, the connection is TCP (closed_early).
+    void finish_proof_locked(std::unique_lock<std::mutex> &lk) noexcept;
+    // Server: the program's shutdown(SHUT_WR) that waited for the PROOF (shut_held_)
+    // reaches the TCP socket now.
+    void release_shutdown_locked() noexcept;
     // --- the switch (conn_switch.cc) ---
     // Before the switch (phases maybe, verifying): decide what can be decided now.
     // Returns 1 switched, -1 decided tcp, 0 still undecided.
     int presw_step_locked() noexcept;
+    // Client, maybe: the PROOF_AT, the PROOF at its offset, then the switch.  Returns as
+    // presw_step_locked().
+    int client_presw_locked() noexcept;
+    // Client, the PROOF taken and the ACCEPT valid: SWITCH, and the phase rdma.
+    int client_switch_locked() noexcept;
+    // Client: a PROOF seen in place before the switch, now at the next TCP byte, goes
+    // out of the stream (it is no byte of the program's; left there, it would make our
+    // close reset the connection).
+    void strip_proof_locked() noexcept
+    {
+        if (side_ == Side::client && sw_.at_proof_offset() && sw_.proof_verified())
+            sw_.look_for_proof(tcp_fd_);
+    }
     // Server, verifying, at the client's switch offset: look for the CONFIRM.  Returns 1
     // when the switch to rdma happened, 0 when undecided (wait), -1 when decided tcp.
     int try_confirm_locked() noexcept;
@@ -365,6 +414,15 @@ private:
         uint64_t arrived_seen = 0;
     } tcp_;
     bool closed_ = false;  // the TCP fd is closed (its number may be reused)
+    // The queue pair and queues are made and the receives posted: a call of the program
+    // may poll the completion queue (a client's before its switch: the PROOF_AT).
+    bool cq_ready_ = false;
+    // Server: the program shut the TCP socket down for writing before the PROOF was
+    // written; the kernel's shutdown waits for it (release_shutdown_locked).
+    bool shut_held_ = false;
+    // Client before its switch: the RDMA peer sent something else than a PROOF_AT
+    // (decided tcp once the completion queue has been read).
+    bool client_fault_ = false;
     Counters counters_;
     const Clock::time_point made_ = Clock::now();  // connect() or accept(): the switch line's setup time
     // The info-level line of the switch (rdmasock(7), LOGGING).

@@ -70,6 +70,8 @@ RingPath::Found RingPath::take_imm(uint32_t imm) noexcept
         return {Kind::prefix, v, nullptr};
     case neg::Imm::switch_at:
         return {Kind::switch_at, v, nullptr};
+    case neg::Imm::proof_at:
+        return {Kind::proof_at, v, nullptr};
     default:
         return {Kind::fault, v, "unknown message type"};
     }

@@ -1,6 +1,10 @@
 #include "conn/switchover.hh"
 
 #include <cerrno>
+#include <memory>
+#include <new>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "base/real.hh"
@@ -64,7 +68,7 @@ uint64_t Switchover::tcp_limit() const noexcept
 {
     const Phase p = phase();
     if (p == Phase::maybe)
-        return UINT64_MAX;
+        return proof_ahead() ? proof_at_ - tcp_taken_ : UINT64_MAX;
     if (p == Phase::verifying && switch_known_)
         return switch_at_ - tcp_read_;
     return 0;
@@ -79,14 +83,85 @@ bool Switchover::accept_prefix(uint32_t v) noexcept
     return true;
 }
 
-int Switchover::write_confirm(int fd) noexcept
+bool Switchover::accept_proof_at(uint32_t v) noexcept
 {
+    if (proof_known_ || v < tcp_taken_)
+        return false;
+    proof_known_ = true;
+    proof_at_ = v;
+    proof_came_ = Clock::now();
+    return true;
+}
+
+uint64_t Switchover::without_proof(uint64_t queued) const noexcept
+{
+    if (!proof_ahead() || queued <= proof_at_ - tcp_taken_)
+        return queued;
+    const uint64_t in = queued - (proof_at_ - tcp_taken_);
+    return queued - (in < neg::kProofSize ? in : neg::kProofSize);
+}
+
+int Switchover::look_for_proof(int fd) noexcept
+{
+    if (!proof_ahead())
+        return 0;
+    const uint64_t before = proof_at_ - tcp_taken_;
+    const size_t want = static_cast<size_t>(before) + neg::kProofSize;
+    if (!proof_verified_ && before > 0) {
+        // Peeked (a copy of everything before it) only once the bytes queued reach it.
+        int queued = 0;
+        if (RS_REAL(ioctl)(fd, FIONREAD, &queued) != 0 || static_cast<uint64_t>(queued) <= before ||
+            before > kMaxLookahead)
+            return 0;
+    }
+    uint8_t small[256];
+    std::unique_ptr<uint8_t[]> big;
+    uint8_t *buf = small;
+    if (want > sizeof small && !proof_verified_) {
+        big.reset(new (std::nothrow) uint8_t[want]);
+        if (!big)
+            return 0;
+        buf = big.get();
+    }
+    if (!proof_verified_ || before == 0) {
+        ssize_t n = RS_REAL(recv)(fd, buf, proof_verified_ ? neg::kProofSize : want, MSG_PEEK | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return 0;
+        if (n < 0 || (n == 0 && before == 0))
+            return -1;
+        if (static_cast<uint64_t>(n) <= before)
+            return 0;
+        auto m = neg::match_proof(buf + before, static_cast<size_t>(n) - before, nonce_);
+        if (m == neg::ConfirmMatch::no)
+            return -2;
+        if (m == neg::ConfirmMatch::partial) {
+            // The rest may come, unless the stream ended after these bytes.
+            pollfd pf{fd, POLLRDHUP, 0};
+            return RS_REAL(poll)(&pf, 1, 0) > 0 ? -2 : 0;
+        }
+        proof_verified_ = true;
+    }
+    if (before > 0)
+        return 1;
+    ssize_t n = RS_REAL(recv)(fd, buf, neg::kProofSize, MSG_DONTWAIT);
+    if (n != static_cast<ssize_t>(neg::kProofSize))
+        return -1;
+    proof_taken_ = true;
+    return 1;
+}
+
+int Switchover::write_frame(int fd) noexcept
+{
+    static_assert(neg::kProofSize == neg::kConfirmSize, "one buffer for both frames");
     uint8_t c[neg::kConfirmSize];
-    neg::encode_confirm(nonce_, c);
-    while (confirm_done_ < sizeof c) {
-        ssize_t w = RS_REAL(send)(fd, c + confirm_done_, sizeof c - confirm_done_, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (frame_ == Frame::proof)
+        neg::encode_proof(nonce_, c);
+    else
+        neg::encode_confirm(nonce_, c);
+    while (frame_done_ < sizeof c) {
+        ssize_t w = RS_REAL(send)(fd, c + frame_done_, sizeof c - frame_done_, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w > 0) {
-            confirm_done_ += static_cast<unsigned>(w);
+            frame_done_ += static_cast<unsigned>(w);
             continue;
         }
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))

@@ -179,8 +179,8 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
             r = Reason::limit;
         if (r == Reason::none)
             r = c->set_peer_ring(a.ring);
-        // The server runs rdmasock and accepted: SWITCH, then (once it completed) the
-        // CONFIRM in the TCP stream.
+        // Whoever accepted knows the nonce: the PROOF in the TCP stream, next, tells
+        // whether it is the TCP peer; then SWITCH, and (once it completed) the CONFIRM.
         if (r == Reason::none && n.orphaned) {
             // The peer runs rdmasock: worth remembering; the connection itself is gone.
             peers.remember(reinterpret_cast<sockaddr *>(&n.peer), Reason::none);
@@ -199,9 +199,8 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
             r = Reason::timeout;
         }
         if (r == Reason::none)
-            r = c->client_established();
+            r = c->client_established(n.t_connect + switch_window() - switch_margin());
         if (r == Reason::none) {
-            c->refresh_watch();  // the progress thread writes the CONFIRM at the SWITCH's completion
             sockaddr_storage peer = n.peer;
             finish_client(c, Reason::none, drop);
             peers.remember(reinterpret_cast<sockaddr *>(&peer), Reason::none);
@@ -387,8 +386,10 @@ void client_negotiate(int fd, Socket &s, bool wait) noexcept
     if (!wait)
         return;
     // RDMASOCK_CONNECT_WAIT: connect() returns once the connection is decided (the
-    // negotiation's deadline: Peers::answer_wait() after the request).
-    while (conn->phase() == Conn::Phase::maybe) {
+    // negotiation's deadline: Peers::answer_wait() after the request), or when the
+    // server's PROOF waits behind bytes of its own the program has to read first (the
+    // connection then switches as the program reads them).
+    while (!conn->decided() && !conn->proof_behind_bytes(std::chrono::milliseconds(100))) {
         pollfd p{conn->rd_fd(), POLLIN, 0};
         RS_REAL(poll)(&p, 1, 5);
     }

@@ -586,7 +586,12 @@ void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
     }
     // From here the connection's TCP bytes are delivered only up to the client's SWITCH.
     if (!c->begin_verify(p.hello.nonce)) {
-        reject(p.id->get(), Reason::rejected);
+        // Decided or closed meanwhile, or its program shut down writing: no PROOF can go
+        // into the stream any more (closed_early, both ends).
+        const Reason why = c->write_shut() ? Reason::closed_early : Reason::rejected;
+        if (why == Reason::closed_early)
+            c->note_declined(why);
+        reject(p.id->get(), why);
         return;
     }
     p.id->get()->context = c.get();
@@ -1170,9 +1175,10 @@ void on_close(int fd, Socket &s) noexcept
             }
         }
     }
-    // A server socket in verifying switches first (close_connection takes the CONFIRM).
-    if (c->phase() == Conn::Phase::rdma ||
-        (c->side() == Conn::Side::server && c->phase() == Conn::Phase::verifying)) {
+    // A server socket in verifying switches first (close_connection takes the CONFIRM);
+    // a negotiating client takes a PROOF out of the stream.
+    if (c->phase() == Conn::Phase::rdma || c->phase() == Conn::Phase::verifying ||
+        (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe)) {
         linger lg{};
         socklen_t len = sizeof lg;
         bool abortive = RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 &&

@@ -12,6 +12,7 @@ constexpr uint8_t kMagicHello[4] = {'R', 'S', 'K', '1'};
 constexpr uint8_t kMagicAccept[4] = {'R', 'S', 'K', 'A'};
 constexpr uint8_t kMagicDecline[4] = {'R', 'S', 'K', 'D'};
 constexpr uint8_t kMagicConfirm[4] = {'R', 'S', 'K', 'C'};
+constexpr uint8_t kMagicProof[4] = {'R', 'S', 'K', 'P'};
 
 void put16(uint8_t *p, uint16_t v) noexcept
 {
@@ -202,6 +203,7 @@ Reason decode_decline(const void *data, size_t len) noexcept
     case Reason::not_rdma_addr:
     case Reason::redirected:
     case Reason::urgent_data:
+    case Reason::closed_early:
         return r;
     case Reason::no_device:
         return Reason::peer_no_device;
@@ -233,6 +235,27 @@ ConfirmMatch match_confirm(const uint8_t *data, size_t got, const Nonce *expecte
     Nonce n;
     memcpy(n.b, data + 8, kNonceSize);
     return n == *expected ? ConfirmMatch::yes : ConfirmMatch::no;
+}
+
+void encode_proof(const Nonce &n, uint8_t out[kProofSize]) noexcept
+{
+    memset(out, 0, kProofSize);
+    memcpy(out, kMagicProof, 4);
+    out[4] = kVersion;
+    memcpy(out + 8, n.b, kNonceSize);
+}
+
+ConfirmMatch match_proof(const uint8_t *data, size_t got, const Nonce &expected) noexcept
+{
+    uint8_t want[kProofSize];
+    encode_proof(expected, want);
+    const size_t n = got < kProofSize ? got : kProofSize;
+    uint8_t d = 0;  // constant time: the nonce is the connection's binding secret
+    for (size_t i = 0; i < n; ++i)
+        d |= static_cast<uint8_t>(data[i] ^ want[i]);
+    if (d != 0)
+        return ConfirmMatch::no;
+    return n < kProofSize ? ConfirmMatch::partial : ConfirmMatch::yes;
 }
 
 }  // namespace rdmasock::neg

@@ -11,11 +11,14 @@
 
 namespace rdmasock::neg {
 
-constexpr uint8_t kVersion = 2;  // 2: asynchronous switch (SWITCH, CONFIRM at its offset)
+// 2: asynchronous switch (SWITCH, CONFIRM at its offset); 3: the server proves itself in
+// the TCP stream first (PROOF_AT, PROOF at its offset), before the client's SWITCH.
+constexpr uint8_t kVersion = 3;
 constexpr size_t kHelloSize = 56;
 constexpr size_t kAcceptSize = 36;
 constexpr size_t kDeclineSize = 8;
 constexpr size_t kConfirmSize = 24;
+constexpr size_t kProofSize = 24;
 constexpr size_t kNonceSize = 16;
 constexpr unsigned kMinRingLog2 = 12;  // 4 KiB
 constexpr unsigned kMaxRingLog2 = 26;  // 64 MiB
@@ -52,6 +55,7 @@ void encode_decline(Reason r, uint8_t out[kDeclineSize]) noexcept;
 // reason `redirected`, the port in the two last bytes (network order).
 void encode_redirect(uint16_t port, uint8_t out[kDeclineSize]) noexcept;
 void encode_confirm(const Nonce &n, uint8_t out[kConfirmSize]) noexcept;
+void encode_proof(const Nonce &n, uint8_t out[kProofSize]) noexcept;
 
 // Decoders: `len` is what the peer sent (rdma_cm may pad private data with zeros).
 Reason decode(const void *data, size_t len, Hello *out) noexcept;
@@ -68,9 +72,12 @@ uint16_t decode_redirect(const void *data, size_t len) noexcept;
 enum class ConfirmMatch { no, partial, yes };
 // `got` bytes are available; a prefix of a valid frame is `partial`.
 ConfirmMatch match_confirm(const uint8_t *data, size_t got, const Nonce *expected) noexcept;
+// PROOF detection in a client's TCP stream, at the offset the server's PROOF_AT named:
+// every byte available is compared (a prefix of the expected frame is `partial`).
+ConfirmMatch match_proof(const uint8_t *data, size_t got, const Nonce &expected) noexcept;
 
 // Immediate data of ring messages: type (3 bits) | value (29 bits).
-enum class Imm : uint32_t { data = 0, credit = 1, fin = 2, reset = 3, prefix = 4, switch_at = 5 };
+enum class Imm : uint32_t { data = 0, credit = 1, fin = 2, reset = 3, prefix = 4, switch_at = 5, proof_at = 6 };
 constexpr uint32_t kImmValueMask = (1u << 29) - 1;
 // FIN's value: 0 after shutdown(SHUT_WR) (the sender still reads), kFinClosed after
 // close() (it reads nothing more).

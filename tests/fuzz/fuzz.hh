@@ -114,6 +114,18 @@ private:
 
 // A ring a peer may name: 4 KiB .. 64 MiB, rkey and address non-zero, address 64-byte
 // aligned, and [addr, addr + size) does not wrap around the address space.
+// The lengths at which a frame matcher sees a stream of n bytes as it arrives: every
+// length 0..64, and the whole.
+inline std::vector<size_t> arrival_lengths(size_t n)
+{
+    std::vector<size_t> lengths;
+    for (size_t k = 0; k <= std::min<size_t>(n, 64); ++k)
+        lengths.push_back(k);
+    if (n > 64)
+        lengths.push_back(n);
+    return lengths;
+}
+
 inline bool ring_ok(const neg::RingInfo &r) noexcept
 {
     if (r.log2 < neg::kMinRingLog2 || r.log2 > neg::kMaxRingLog2)
@@ -197,6 +209,7 @@ inline Reason decline_reason(uint8_t b) noexcept
     case Reason::not_rdma_addr:
     case Reason::redirected:
     case Reason::urgent_data:
+    case Reason::closed_early:
         return static_cast<Reason>(b);
     case Reason::no_device:
         return Reason::peer_no_device;
@@ -222,6 +235,7 @@ inline bool decline_result(Reason r) noexcept
     case Reason::rejected:
     case Reason::redirected:
     case Reason::urgent_data:
+    case Reason::closed_early:
         return true;
     default:
         return false;

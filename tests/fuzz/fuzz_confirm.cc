@@ -39,12 +39,7 @@ FUZZ_TARGET(confirm)
 
     bool seen_no = false;
     ConfirmMatch at_full = ConfirmMatch::partial;
-    std::vector<size_t> lengths;
-    for (size_t k = 0; k <= std::min<size_t>(n, 64); ++k)
-        lengths.push_back(k);
-    if (n > 64)
-        lengths.push_back(n);
-    for (size_t k : lengths) {
+    for (size_t k : arrival_lengths(n)) {
         ConfirmMatch m = match_exact(s, k, expected);
         FUZZ_CHECK(m == ConfirmMatch::no || m == ConfirmMatch::partial || m == ConfirmMatch::yes);
         const bool header_ok = memcmp(s, frame.data(), std::min(k, kHeader)) == 0;

@@ -8,7 +8,7 @@
 # runs one.  New inputs go to tests/fuzz/work/<target>/ (the committed seed corpus is
 # only read), crash inputs to tests/fuzz/artifacts/.  Needs clang and libclang-rt-14-dev.
 
-FUZZ_TARGETS = hello accept decline confirm roundtrip rules
+FUZZ_TARGETS = hello accept decline confirm proof roundtrip rules
 
 # --- replay mode: part of every `make check` ---------------------------------------------
 check_PROGRAMS += tests/fuzz/fuzz_replay
@@ -16,7 +16,7 @@ TESTS += tests/fuzz/fuzz_replay
 tests_fuzz_fuzz_replay_SOURCES = tests/fuzz/replay_main.cc tests/fuzz/seeds.cc \
 	tests/fuzz/seeds.hh tests/fuzz/fuzz.hh \
 	tests/fuzz/fuzz_hello.cc tests/fuzz/fuzz_accept.cc tests/fuzz/fuzz_decline.cc \
-	tests/fuzz/fuzz_confirm.cc tests/fuzz/fuzz_roundtrip.cc tests/fuzz/fuzz_rules.cc \
+	tests/fuzz/fuzz_confirm.cc tests/fuzz/fuzz_proof.cc tests/fuzz/fuzz_roundtrip.cc tests/fuzz/fuzz_rules.cc \
 	src/wire/negotiate.cc src/base/reason.cc src/config/rules.cc src/config/config.cc
 tests_fuzz_fuzz_replay_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DRS_FUZZ_CORPUS='"$(abs_top_srcdir)/tests/fuzz/corpus"'
@@ -48,6 +48,8 @@ FUZZ_CORPUS = \
 	tests/fuzz/corpus/decline/no_device \
 	tests/fuzz/corpus/decline/bad_message \
 	tests/fuzz/corpus/decline/none \
+	tests/fuzz/corpus/decline/redirect-40000 \
+	tests/fuzz/corpus/decline/redirect-port-0 \
 	tests/fuzz/corpus/decline/unknown-200 \
 	tests/fuzz/corpus/decline/limit-padded-148 \
 	tests/fuzz/corpus/decline/truncated-7 \
@@ -62,6 +64,14 @@ FUZZ_CORPUS = \
 	tests/fuzz/corpus/confirm/bound-empty-stream \
 	tests/fuzz/corpus/confirm/bound-http \
 	tests/fuzz/corpus/confirm/unbound-redis \
+	tests/fuzz/corpus/proof/valid \
+	tests/fuzz/corpus/proof/valid-then-data \
+	tests/fuzz/corpus/proof/prefix-7 \
+	tests/fuzz/corpus/proof/other-nonce \
+	tests/fuzz/corpus/proof/confirm-frame \
+	tests/fuzz/corpus/proof/version-2 \
+	tests/fuzz/corpus/proof/plain-banner \
+	tests/fuzz/corpus/proof/empty-stream \
 	tests/fuzz/corpus/roundtrip/valid-pattern \
 	tests/fuzz/corpus/roundtrip/valid-padded \
 	tests/fuzz/corpus/roundtrip/zeros \

@@ -33,10 +33,10 @@ Bytes with(Bytes b, size_t off, uint8_t v)
 const Bytes kNonce = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
                       0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10};
 
-// (Protocol version 2.)
+// (Protocol version 3.)
 // HELLO, IPv4: 10.0.0.1:40000 -> :5201, ring 64 KiB, rkey 0x1234 at 0x7f0000100000.
 const Bytes kHelloV4 = cat({
-    str("RSK1"), {2, 4, 16, 0}, kNonce,
+    str("RSK1"), {3, 4, 16, 0}, kNonce,
     {10, 0, 0, 1}, zeros(12),
     {0x9c, 0x40}, {0x14, 0x51},
     {0x00, 0x00, 0x12, 0x34},
@@ -44,7 +44,7 @@ const Bytes kHelloV4 = cat({
 });
 // HELLO, IPv6: [fd00::2]:50000 -> :6379, ring 1 MiB, rkey 0xabcdef01 at 0x7f1234560000.
 const Bytes kHelloV6 = cat({
-    str("RSK1"), {2, 6, 20, 0}, kNonce,
+    str("RSK1"), {3, 6, 20, 0}, kNonce,
     {0xfd, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02},
     {0xc3, 0x50}, {0x18, 0xeb},
     {0xab, 0xcd, 0xef, 0x01},
@@ -52,13 +52,17 @@ const Bytes kHelloV6 = cat({
 });
 // ACCEPT: ring 64 KiB, rkey 0x4321 at 0x7f00aa000040, nonce echoed.
 const Bytes kAccept = cat({
-    str("RSKA"), {2, 16, 0, 0},
+    str("RSKA"), {3, 16, 0, 0},
     {0x00, 0x00, 0x43, 0x21},
     {0x00, 0x00, 0x7f, 0x00, 0xaa, 0x00, 0x00, 0x40},
     kNonce,
 });
-Bytes decline(rdmasock::Reason r) { return cat({str("RSKD"), {2, static_cast<uint8_t>(r), 0, 0}}); }
-const Bytes kConfirm = cat({str("RSKC"), {2, 0, 0, 0}, kNonce});
+Bytes decline(rdmasock::Reason r) { return cat({str("RSKD"), {3, static_cast<uint8_t>(r), 0, 0}}); }
+const Bytes kConfirm = cat({str("RSKC"), {3, 0, 0, 0}, kNonce});
+const Bytes kProof = cat({str("RSKP"), {3, 0, 0, 0}, kNonce});
+
+// proof target input: the expected nonce, then the stream from the PROOF's offset.
+Bytes proof_input(const Bytes &stream) { return cat({kNonce, stream}); }
 
 // confirm target input: flags, expected nonce, stream.
 Bytes confirm_input(bool bound, const Bytes &stream)
@@ -120,6 +124,14 @@ std::vector<Seed> seeds()
         {"confirm", "bound-empty-stream", confirm_input(true, {})},
         {"confirm", "bound-http", confirm_input(true, str("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))},
         {"confirm", "unbound-redis", confirm_input(false, str("*1\r\n$4\r\nPING\r\n"))},
+        {"proof", "valid", proof_input(kProof)},
+        {"proof", "valid-then-data", proof_input(cat({kProof, str("+OK ready\r\n")}))},
+        {"proof", "prefix-7", proof_input(head(kProof, 7))},
+        {"proof", "other-nonce", proof_input(with(kProof, 23, 0x11))},
+        {"proof", "confirm-frame", proof_input(kConfirm)},
+        {"proof", "version-2", proof_input(with(kProof, 4, 2))},
+        {"proof", "plain-banner", proof_input(str("SSH-2.0-OpenSSH_9.2\r\n"))},
+        {"proof", "empty-stream", proof_input({})},
         {"roundtrip", "valid-pattern", pattern(0x03, 128, 37, 11)},
         {"roundtrip", "valid-padded", pattern(0xff, 128, 101, 7)},
         {"roundtrip", "zeros", zeros(128)},
@@ -189,6 +201,12 @@ bool check_known_answers()
     expect(Bytes(cm, cm + sizeof cm) == kConfirm, "encode_confirm differs from protocol.md");
     expect(neg::match_confirm(kConfirm.data(), kConfirm.size(), &nonce) == neg::ConfirmMatch::yes,
            "match_confirm(CONFIRM)");
+    uint8_t pm[neg::kProofSize];
+    neg::encode_proof(nonce, pm);
+    expect(Bytes(pm, pm + sizeof pm) == kProof, "encode_proof differs from protocol.md");
+    expect(neg::match_proof(kProof.data(), kProof.size(), nonce) == neg::ConfirmMatch::yes, "match_proof(PROOF)");
+    expect(neg::match_proof(kConfirm.data(), kConfirm.size(), nonce) == neg::ConfirmMatch::no,
+           "match_proof(CONFIRM) is no");
 
     // The DECLINE reason byte is the Reason enum's value (protocol.md), so the order of
     // src/base/reason.def is part of the wire protocol: a server's decline must mean the
@@ -199,7 +217,7 @@ bool check_known_answers()
     } wire_reasons[] = {
         {3, "disabled"},   {4, "rule"},       {5, "no_device"},         {6, "not_rdma_addr"},
         {10, "rejected"},  {12, "version_mismatch"}, {13, "bad_message"}, {14, "memlock"},
-        {15, "resource"},  {16, "limit"},  {22, "urgent_data"},
+        {15, "resource"},  {16, "limit"},  {20, "closed_early"}, {22, "urgent_data"},
     };
     for (const auto &w : wire_reasons) {
         const char *code = rdmasock::reason_code(static_cast<Reason>(w.wire));

@@ -7,8 +7,13 @@
 //       TCP-connect to A:P (a victim server under librdmasock), then negotiate over
 //       rdma_cm with the misbehaviour CASE.
 //   hostile server --addr A --case CASE
-//       listen on A (TCP, and rdma_cm on the same port), print "port=P", serve one
-//       connection from a victim client with the misbehaviour CASE.
+//       listen on A (TCP, and rdma_cm on the same port: in impostor cases from another
+//       process), print "port=P", serve one connection from a victim client with the
+//       misbehaviour CASE.
+//
+// Version 3 (docs/protocol.md): a server that accepted the RDMA connection proves
+// itself before the client's SWITCH: PROOF_AT(m) into the client's ring, then the PROOF
+// frame at offset m of its TCP stream.
 //
 // Client cases.  Rejected HELLOs (the victim must answer with a DECLINE, after which
 // the hostile talks plain TCP: N pattern bytes, shutdown, the echo read and compared):
@@ -19,6 +24,9 @@
 //   hello_attach_existing (the 4-tuple of another live connection, --steal-port)
 //   hello_late (not malformed: a valid HELLO 4 s after the TCP connection, when the
 //   victim has stopped waiting for a request and is on TCP: DECLINE timeout, at once)
+// Every other client case first does what an honest client does after the ACCEPT: it
+// waits for the victim's PROOF_AT(m) and reads its TCP stream up to m and the PROOF
+// there (none: exit 2), all but data_before_confirm, whose third party sees no TCP stream.
 // After a valid HELLO and ACCEPT, SWITCH(0) and a bad CONFIRM on the TCP stream (then
 // N pattern bytes on TCP; the victim must stay on TCP and deliver exactly the bytes
 // sent):
@@ -51,11 +59,19 @@
 // connection is echoed on TCP):
 //   accept_bad_magic accept_version accept_zero_rkey accept_log2_high accept_reserved
 //   accept_wrong_nonce decline_none (a DECLINE claiming reason "none")
-//   decline_unknown (reason 250) second_prefix (valid ACCEPT, CONFIRM checked, then
-//   PREFIX(0) twice) prefix_beyond_tcp (valid ACCEPT, CONFIRM checked, PREFIX(100) with
-//   no TCP byte sent, FIN over RDMA, then the TCP write side shut down)
+//   decline_unknown (reason 250)
+// The next three prove themselves as an honest server does (PROOF_AT(0), the PROOF at
+// TCP offset 0), then read the victim's CONFIRM:
+//   second_prefix (PREFIX(0) twice) prefix_beyond_tcp (PREFIX(100) with no TCP byte
+//   sent, FIN over RDMA, then the TCP write side shut down)
 //   accept_ring_outside_mr (a well-formed ACCEPT naming a ring that is mostly outside our
 //   registered memory: the victim's own writes fail with a remote access error)
+// An impostor: a plain TCP server (this process, no RDMA at all) and, on the same port,
+// an rdma_cm-only squatter (a fork child, under uid/gid 65534 when we run as root) that
+// accepts the victim's HELLO with a valid ACCEPT (the nonce echoed) and counts whatever
+// the victim then writes into its ring; the plain server echoes on TCP:
+//   impostor (the squatter sends PROOF_AT(0), but cannot write the PROOF into the TCP
+//   stream) impostor_silent (no PROOF_AT)
 //
 // Output: one line "result case=CASE key=value ..." (fields below), exit 0 when the
 // hostile could play its part, 2 when something outside the victim's reaction failed
@@ -65,26 +81,45 @@
 //   decline     the DECLINE's reason code (when REJECTED with one), else "none"
 //   cm_after    a later rdma_cm event on the connection (DISCONNECTED) or none
 //   wc          status of our last send work request (success, REM_ACCESS_ERR ...)
-//   tcp_sent, sent_hash         bytes we wrote on TCP and their FNV-1a 64
-//   tcp_received, recv_hash     bytes we read on TCP before EOF and their hash
+//   tcp_sent, sent_hash         bytes we wrote on TCP and their FNV-1a 64 (a PROOF we
+//                               wrote is not counted: it is not the stream's)
+//   tcp_received, recv_hash     bytes we read on TCP before EOF and their hash (client:
+//                               the victim's PROOF taken out, see proof)
 //   echo_ok     1 when what we read equals what we wrote
 //   first_confirm  server: the first TCP bytes were a CONFIRM frame (1/0)
 //   tcp_end     how our TCP read ended: eof, ECONNRESET, timeout
+//   proof       client: 1 when the victim sent one PROOF_AT and exactly one PROOF frame
+//               (our nonce) stands in what we read, at the offset that PROOF_AT named (it
+//               is taken out); 0 when neither came; 2 anything else; server: -1
+//   proof_at    client: the offset the victim's first PROOF_AT named, else -1
+//   impostor cases (cm, cm_after and wc are then the squatter's: wc its PROOF_AT's status;
+//   -1 in other cases):
+//   ring_msgs   immediates (ring messages of any type) the victim wrote to the squatter
+//   ring_data, ring_switch      of which DATA, SWITCH
+//   ring_bytes  bytes the victim put into the squatter's ring: the largest of the DATA
+//               lengths announced, the bytes its writes with immediate carried, and the
+//               ring bytes no longer zero at the end (a plain RDMA WRITE completes nothing
+//               at the receiver)
+//   squat_uid   the user the squatter ran under
 #include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cinttypes>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <grp.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <string>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <vector>
@@ -110,6 +145,12 @@ constexpr int kWaitMs = 15000;     // any single wait for the victim
 constexpr int kLateConfirmMs = 6000;
 constexpr unsigned kOurLog2 = 16;  // our receive ring: 64 KiB
 constexpr int kDepth = 32;
+// The impostor's squatter: the user it runs as (nobody), how long it goes on counting
+// once the plain server has ended its side (the victim closes after that), and a bound
+// for a plain server that never tells it (stuck in accept()).
+constexpr uid_t kNobody = 65534;
+constexpr int kSquatGraceMs = 2000;
+constexpr int kSquatMaxMs = 4 * kWaitMs;
 
 [[noreturn]] void die(const char *what)
 {
@@ -129,22 +170,33 @@ struct Out {
     std::string kase;
     int local_port = -1;
     std::string cm = "none", decline = "none", cm_after = "none", wc = "none";
-    uint64_t tcp_sent = 0, tcp_received = 0;
-    hostile::Hash sent_hash, recv_hash;
+    uint64_t tcp_sent = 0;
+    hostile::Hash sent_hash;
+    // What we wrote and read on TCP (the victim's PROOF taken out of what we read:
+    // settle_proof).
     std::vector<uint8_t> sent_bytes, recv_bytes;
     int first_confirm = -1;
     std::string tcp_end = "none";
     uint64_t rdma_sent = 0;  // pattern bytes we wrote into the victim's ring
     int ring_echo_ok = -1;   // the victim's echo of them arrived exactly in our ring
+    int proof = -1;
+    int64_t proof_at = -1;
+    int64_t ring_msgs = -1, ring_data = -1, ring_switch = -1, ring_bytes = -1;
+    long squat_uid = -1;
     void print()
     {
         bool echo = sent_bytes == recv_bytes;
+        hostile::Hash recv_hash;
+        recv_hash.add(recv_bytes.data(), recv_bytes.size());
         printf("result case=%s local_port=%d cm=%s decline=%s cm_after=%s wc=%s tcp_sent=%" PRIu64
-               " sent_hash=%016" PRIx64 " tcp_received=%" PRIu64 " recv_hash=%016" PRIx64
-               " echo_ok=%d first_confirm=%d tcp_end=%s rdma_sent=%" PRIu64 " ring_echo_ok=%d\n",
+               " sent_hash=%016" PRIx64 " tcp_received=%zu recv_hash=%016" PRIx64
+               " echo_ok=%d first_confirm=%d tcp_end=%s rdma_sent=%" PRIu64 " ring_echo_ok=%d proof=%d"
+               " proof_at=%" PRId64 " ring_msgs=%" PRId64 " ring_data=%" PRId64 " ring_switch=%" PRId64
+               " ring_bytes=%" PRId64 " squat_uid=%ld\n",
                kase.c_str(), local_port, cm.c_str(), decline.c_str(), cm_after.c_str(), wc.c_str(),
-               tcp_sent, sent_hash.h, tcp_received, recv_hash.h, echo ? 1 : 0, first_confirm,
-               tcp_end.c_str(), rdma_sent, ring_echo_ok);
+               tcp_sent, sent_hash.h, recv_bytes.size(), recv_hash.h, echo ? 1 : 0, first_confirm,
+               tcp_end.c_str(), rdma_sent, ring_echo_ok, proof, proof_at, ring_msgs, ring_data, ring_switch,
+               ring_bytes, squat_uid);
         fflush(stdout);
     }
 };
@@ -168,31 +220,38 @@ void tcp_send(int fd, const uint8_t *p, size_t n)
     }
 }
 
-// Read until EOF/error/timeout; with `echo`, send back what arrives (server cases).
-void tcp_drain(int fd, bool echo)
+// Read until `upto` bytes have been read in all (true), or EOF/error/timeout (false,
+// noted in tcp_end); with `echo`, send back what arrives (server cases).
+bool tcp_read(int fd, bool echo, uint64_t upto)
 {
     uint8_t buf[16384];
     long long deadline = now_ms() + kWaitMs;
-    for (;;) {
+    while (out.recv_bytes.size() < upto) {
         pollfd p{fd, POLLIN, 0};
         int left = static_cast<int>(deadline - now_ms());
         if (left <= 0 || poll(&p, 1, left) == 0) {
             out.tcp_end = "timeout";
-            return;
+            return false;
         }
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        size_t want = static_cast<size_t>(std::min<uint64_t>(sizeof buf, upto - out.recv_bytes.size()));
+        ssize_t n = recv(fd, buf, want, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
             out.tcp_end = n == 0 ? "eof" : strerrorname_np(errno);
-            return;
+            return false;
         }
-        out.tcp_received += static_cast<uint64_t>(n);
-        out.recv_hash.add(buf, static_cast<size_t>(n));
         out.recv_bytes.insert(out.recv_bytes.end(), buf, buf + n);
         if (echo)
             tcp_send(fd, buf, static_cast<size_t>(n));
     }
+    return true;
+}
+
+// Read until EOF/error/timeout.
+void tcp_drain(int fd, bool echo)
+{
+    tcp_read(fd, echo, UINT64_MAX);
 }
 
 void send_pattern(int fd, uint64_t n)
@@ -253,6 +312,8 @@ struct Qp {
     uint8_t *ring = nullptr, *stage = nullptr;
     size_t size = 0;
     std::vector<uint32_t> imms;  // immediates received, in order
+    uint64_t imm_bytes = 0;      // bytes the peer's writes with immediate carried
+    bool repost = false;         // a receive posted again for each one consumed
 
     void create(rdma_cm_id *cid)
     {
@@ -278,11 +339,35 @@ struct Qp {
         smr = ibv_reg_mr(pd, stage, size, IBV_ACCESS_LOCAL_WRITE);
         if (!mr || !smr)
             die("ibv_reg_mr");
-        for (int i = 0; i < kDepth; ++i) {
-            ibv_recv_wr wr{}, *bad = nullptr;
-            if (ibv_post_recv(id->qp, &wr, &bad) != 0)
+        for (int i = 0; i < kDepth; ++i)
+            if (post_recv() != 0)
                 die("ibv_post_recv");
-        }
+    }
+    int post_recv()
+    {
+        ibv_recv_wr wr{}, *bad = nullptr;
+        return ibv_post_recv(id->qp, &wr, &bad);
+    }
+    // A receive completion (wr_id 0: the opcode of a failed completion is not defined).
+    void take(const ibv_wc &wc)
+    {
+        if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM)
+            return;
+        imms.push_back(ntohl(wc.imm_data));
+        imm_bytes += wc.byte_len;
+        if (repost)
+            post_recv();  // a failure (the queue pair in error) only leaves a peer waiting
+    }
+    // Every completion queued now taken in (sends dropped); how many there were.
+    int drain_cq()
+    {
+        int all = 0;
+        ibv_wc wc[8];
+        for (int n; (n = ibv_poll_cq(cq, 8, wc)) > 0; all += n)
+            for (int i = 0; i < n; ++i)
+                if (wc[i].wr_id == 0)
+                    take(wc[i]);
+        return all;
     }
     neg::RingInfo info() const
     {
@@ -315,15 +400,12 @@ struct Qp {
             ibv_wc wc[8];
             int n = ibv_poll_cq(cq, 8, wc);
             // Every completion of the batch is taken in: receives after the send's too.
-            // Sends have wr_id 1, receives 0 (the opcode of a failed completion is not
-            // defined).
+            // Sends have wr_id 1, receives 0.
             for (int i = 0; i < n; ++i) {
-                if (wc[i].wr_id == 0) {
-                    if (wc[i].status == IBV_WC_SUCCESS && wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM)
-                        imms.push_back(ntohl(wc[i].imm_data));
-                } else {
+                if (wc[i].wr_id == 0)
+                    take(wc[i]);
+                else
                     status = wc[i].status;
-                }
             }
             if (n == 0)
                 usleep(1000);
@@ -341,12 +423,7 @@ struct Qp {
                     *value = neg::imm_value(imms[seen]);
                     return true;
                 }
-            ibv_wc wc[8];
-            int n = ibv_poll_cq(cq, 8, wc);
-            for (int i = 0; i < n; ++i)
-                if (wc[i].status == IBV_WC_SUCCESS && wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM)
-                    imms.push_back(ntohl(wc[i].imm_data));
-            if (n == 0)
+            if (drain_cq() == 0)
                 usleep(1000);
         }
         return false;
@@ -417,6 +494,35 @@ bool known_case(const char *const *list, size_t n, const std::string &kase, cons
 }
 
 // ---- client ---------------------------------------------------------------------------------
+
+// The victim's proof (the `proof` field): its PROOF_AT immediates, and the PROOF frames
+// with our nonce in what we read on TCP.  The frame at the offset the PROOF_AT named is
+// taken out of recv_bytes: it is not the victim program's stream, which the echo
+// comparison is about.
+void settle_proof(Qp &qp, const neg::Nonce &nonce)
+{
+    qp.drain_cq();  // the PROOF_AT may have come after our last wait
+    std::vector<uint32_t> at;
+    for (uint32_t x : qp.imms)
+        if (neg::imm_type(x) == neg::Imm::proof_at)
+            at.push_back(neg::imm_value(x));
+    std::vector<uint8_t> &b = out.recv_bytes;
+    bool taken = false;
+    if (!at.empty())
+        out.proof_at = at[0];
+    if (at.size() == 1 && b.size() >= at[0] + neg::kProofSize &&
+        neg::match_proof(b.data() + at[0], neg::kProofSize, nonce) == neg::ConfirmMatch::yes) {
+        b.erase(b.begin() + at[0], b.begin() + at[0] + neg::kProofSize);
+        taken = true;
+    }
+    bool stray = false;  // a frame anywhere else
+    for (size_t i = 0; i + neg::kProofSize <= b.size() && !stray; ++i)
+        stray = neg::match_proof(b.data() + i, neg::kProofSize, nonce) == neg::ConfirmMatch::yes;
+    if (stray || at.size() > 1 || (at.size() == 1 && !taken))
+        out.proof = 2;
+    else
+        out.proof = taken ? 1 : 0;
+}
 
 int run_client(const std::string &addr, int port, const std::string &kase, uint64_t bytes, int steal_port)
 {
@@ -504,6 +610,11 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
     else if (kase == "hello_zero_port")
         memset(hello + 40, 0, 2);
 
+    auto finish = [&](int rc) {
+        settle_proof(qp, h.nonce);
+        out.print();
+        return rc;
+    };
     if (kase == "hello_late")
         usleep(static_cast<useconds_t>(kLateConfirmMs) * 1000);  // past the victim's wait for a request
     rdma_conn_param param;
@@ -513,8 +624,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
     // The parked-request deadline of a victim is 2 x its probe timeout: wait longer.
     if (!cm.next(2 * kWaitMs, &t, &eid, &pdata)) {
         out.cm = "none";
-        out.print();
-        return 0;
+        return finish(0);
     }
     out.cm = event_name(t);
     out.decline = decline_of(pdata);
@@ -522,18 +632,26 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         send_pattern(fd, bytes);
         shutdown(fd, SHUT_WR);
         tcp_drain(fd, false);
-        out.print();
-        return 0;
+        return finish(0);
     }
-    if (t != RDMA_CM_EVENT_ESTABLISHED) {
-        out.print();
-        return 0;
-    }
+    if (t != RDMA_CM_EVENT_ESTABLISHED)
+        return finish(0);
     neg::Accept acc;
     if (neg::decode(pdata.data(), pdata.size(), &acc) != rdmasock::Reason::none || !(acc.nonce == h.nonce)) {
         fprintf(stderr, "hostile: the victim's ACCEPT does not decode\n");
-        out.print();
-        return 2;
+        return finish(2);
+    }
+    // As an honest client, before the SWITCH: the victim's PROOF_AT(m), then its TCP
+    // stream read up to m and the PROOF there (settle_proof takes it out).  Not in
+    // data_before_confirm: its ring writes come at once, as from a third party bound to a
+    // connection whose TCP stream it cannot see.
+    uint32_t proof_at = 0;
+    if (kase != "data_before_confirm" &&
+        (!qp.wait_imm(neg::Imm::proof_at, &proof_at) ||
+         !tcp_read(fd, false, uint64_t{proof_at} + neg::kProofSize) ||
+         neg::match_proof(out.recv_bytes.data() + proof_at, neg::kProofSize, h.nonce) != neg::ConfirmMatch::yes)) {
+        fprintf(stderr, "hostile: no PROOF_AT, or no PROOF at its offset, from the victim\n");
+        return finish(2);
     }
     uint8_t confirm[neg::kConfirmSize];
     neg::encode_confirm(h.nonce, confirm);
@@ -573,8 +691,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         shutdown(fd, SHUT_WR);
         tcp_drain(fd, false);
         note_cm_after(cm, kWaitMs);
-        out.print();
-        return 0;
+        return finish(0);
     }
     // Data path: SWITCH(0), a correct CONFIRM, the victim's PREFIX, then one bad ring
     // message.
@@ -599,8 +716,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         uint32_t pfx = 0;
         if (!qp.wait_imm(neg::Imm::prefix, &pfx)) {
             fprintf(stderr, "hostile: no PREFIX from the victim\n");
-            out.print();
-            return 2;
+            return finish(2);
         }
         const uint64_t vsize = uint64_t{1} << acc.ring.log2;
         uint32_t imm = 0;
@@ -682,21 +798,262 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
             out.wc = wc_name(qp.write(acc.ring.addr, acc.ring.rkey, 16, &imm));
             usleep(500 * 1000);
         }
-        out.print();
-        return 0;
+        return finish(0);
     }
-    return 0;
+    return finish(0);
 }
 
 // ---- server ---------------------------------------------------------------------------------
+
+// An honest version 3 server's first step once established: PROOF_AT(m) into the
+// client's ring, m the bytes we wrote on TCP so far, and once that write completed the
+// PROOF at offset m of our TCP stream (not counted in tcp_sent: the client takes it out).
+// The PROOF_AT's send status.
+int send_proof(Qp &qp, const neg::Hello &h, int fd)
+{
+    uint32_t imm = neg::make_imm(neg::Imm::proof_at, static_cast<uint32_t>(out.tcp_sent));
+    int st = qp.write(h.ring.addr, h.ring.rkey, 0, &imm);
+    if (st != IBV_WC_SUCCESS)
+        return st;
+    uint8_t p[neg::kProofSize];
+    neg::encode_proof(h.nonce, p);
+    if (send(fd, p, sizeof p, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof p))
+        die("send PROOF");
+    return st;
+}
+
+// ---- impostor ---------------------------------------------------------------------------------
+
+// What the squatter saw, sent to the plain server through a pipe once it stops.
+struct SquatReport {
+    char cm[32], cm_after[32], wc[32];
+    long uid;
+    uint64_t msgs, data, switches, bytes;
+};
+
+void set_name(char (&dst)[32], const std::string &s)
+{
+    snprintf(dst, sizeof dst, "%s", s.c_str());
+}
+
+// Read n bytes from a pipe within timeout_ms (false on EOF or timeout).
+bool read_within(int fd, void *p, size_t n, int timeout_ms)
+{
+    auto *c = static_cast<char *>(p);
+    long long deadline = now_ms() + timeout_ms;
+    while (n > 0) {
+        pollfd q{fd, POLLIN, 0};
+        int left = static_cast<int>(deadline - now_ms());
+        if (left <= 0 || poll(&q, 1, left) == 0)
+            return false;
+        ssize_t k = read(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return false;
+        c += k;
+        n -= static_cast<size_t>(k);
+    }
+    return true;
+}
+
+// The squatter: a process that answers rdma_cm on the plain server's port, which any
+// local user can do (the port is not privileged), and owns nothing of the TCP
+// connection.  It accepts the victim's HELLO with a valid ACCEPT (echoing the nonce it
+// read there), sends PROOF_AT(0) when `proof_at` (it knows the protocol; the PROOF
+// itself would have to be in a TCP stream it cannot write), and counts whatever the
+// victim writes into its ring until the plain server tells it to stop (a byte on
+// stop_fd, or its end) and kSquatGraceMs more.  Ready (one byte), then its report, on
+// report_fd.
+[[noreturn]] void squat(const sockaddr_in &a, bool proof_at, int stop_fd, int report_fd)
+{
+    if (geteuid() == 0) {
+        // The memory lock limit first, while we may raise it: without CAP_IPC_LOCK our
+        // rings count against it.  Root without CAP_SYS_RESOURCE (a container) may only
+        // raise the soft limit to the hard one; a limit still too low fails at ibv_reg_mr.
+        rlimit ml{RLIM_INFINITY, RLIM_INFINITY};
+        if (setrlimit(RLIMIT_MEMLOCK, &ml) != 0 && getrlimit(RLIMIT_MEMLOCK, &ml) == 0) {
+            ml.rlim_cur = ml.rlim_max;
+            setrlimit(RLIMIT_MEMLOCK, &ml);
+        }
+        if (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0)
+            die("squatter: drop privileges");
+    }
+    SquatReport r{};
+    set_name(r.cm, "none");
+    set_name(r.cm_after, "none");
+    set_name(r.wc, "none");
+    r.uid = static_cast<long>(getuid());
+    Cm cm;
+    cm.ch = rdma_create_event_channel();
+    rdma_cm_id *lid = nullptr;
+    sockaddr_in la = a;
+    if (!cm.ch || rdma_create_id(cm.ch, &lid, nullptr, RDMA_PS_TCP) != 0 ||
+        rdma_bind_addr(lid, reinterpret_cast<sockaddr *>(&la)) != 0 || rdma_listen(lid, 4) != 0)
+        die("squatter: rdma listen");
+    if (write(report_fd, "r", 1) != 1)
+        die("squatter: ready");
+
+    Qp qp;
+    qp.repost = true;
+    neg::Hello h;
+    long long end = now_ms() + kSquatMaxMs;
+    bool stopping = false;
+    while (now_ms() < end) {
+        // The stop pipe stays readable (or hung up) once it spoke: no longer watched.
+        pollfd p[2] = {{cm.ch->fd, POLLIN, 0}, {stopping ? -1 : stop_fd, POLLIN, 0}};
+        if (poll(p, 2, 1) < 0 && errno != EINTR)
+            die("squatter: poll");
+        if (!stopping && p[1].revents != 0) {
+            stopping = true;
+            end = std::min(end, now_ms() + kSquatGraceMs);
+        }
+        rdma_cm_event_type t;
+        rdma_cm_id *id;
+        std::vector<uint8_t> pdata;
+        if (p[0].revents != 0 && cm.next(0, &t, &id, &pdata)) {
+            if (t == RDMA_CM_EVENT_CONNECT_REQUEST && qp.id == nullptr &&
+                neg::decode(pdata.data(), pdata.size(), &h) == rdmasock::Reason::none) {
+                qp.create(id);
+                neg::Accept acc;
+                acc.ring = qp.info();
+                acc.nonce = h.nonce;
+                uint8_t pd[neg::kAcceptSize];
+                neg::encode(acc, pd);
+                rdma_conn_param param;
+                conn_param(&param, pd, sizeof pd);
+                if (rdma_accept(id, &param) != 0)
+                    die("squatter: rdma_accept");
+                set_name(r.cm, event_name(t));
+            } else if (t == RDMA_CM_EVENT_CONNECT_REQUEST) {
+                rdma_reject(id, nullptr, 0);  // not the connection under test
+            } else if (t == RDMA_CM_EVENT_ESTABLISHED && strcmp(r.cm, "CONNECT_REQUEST") == 0) {
+                set_name(r.cm, event_name(t));
+                if (proof_at) {
+                    uint32_t imm = neg::make_imm(neg::Imm::proof_at, 0);
+                    set_name(r.wc, wc_name(qp.write(h.ring.addr, h.ring.rkey, 0, &imm)));
+                }
+            } else if (strcmp(r.cm_after, "none") == 0) {
+                set_name(r.cm_after, event_name(t));
+            }
+        }
+        if (qp.id != nullptr)
+            qp.drain_cq();
+    }
+
+    uint64_t announced = 0, touched = 0;
+    for (uint32_t x : qp.imms) {
+        ++r.msgs;
+        if (neg::imm_type(x) == neg::Imm::data) {
+            ++r.data;
+            announced += neg::imm_value(x);
+        } else if (neg::imm_type(x) == neg::Imm::switch_at) {
+            ++r.switches;
+        }
+    }
+    for (size_t i = 0; qp.ring != nullptr && i < qp.size; ++i)
+        touched += qp.ring[i] != 0;
+    r.bytes = std::max({announced, qp.imm_bytes, touched});
+    if (write(report_fd, &r, sizeof r) != static_cast<ssize_t>(sizeof r))
+        die("squatter: report");
+    _exit(0);
+}
+
+// The victim's TCP connection, on our listener; its port (ours) goes in the result.
+int accept_victim(int ls)
+{
+    int fd = accept(ls, nullptr, nullptr);
+    if (fd < 0)
+        die("accept");
+    sockaddr_in local{};
+    socklen_t ll = sizeof local;
+    getsockname(fd, reinterpret_cast<sockaddr *>(&local), &ll);
+    out.local_port = ntohs(local.sin_port);
+    return fd;
+}
+
+// A plain TCP echo server (no RDMA in this process) and, on its port, the squatter in a
+// child process (another user's when we are root: what the real server's user cannot
+// prevent).  The victim must give the squatter nothing and the plain server its exact
+// stream.
+int run_impostor(const std::string &addr, const std::string &kase)
+{
+    signal(SIGPIPE, SIG_IGN);  // a squatter gone: our pipe writes fail, we go on
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = ipv4(addr, 0);
+    if (bind(ls, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 || listen(ls, 4) != 0)
+        die("listen");
+    socklen_t al = sizeof a;
+    getsockname(ls, reinterpret_cast<sockaddr *>(&a), &al);
+    int stop[2], report[2];
+    if (pipe2(stop, O_CLOEXEC) != 0 || pipe2(report, O_CLOEXEC) != 0)
+        die("pipe");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        close(ls);
+        close(stop[1]);
+        close(report[0]);
+        squat(a, kase == "impostor", stop[0], report[1]);
+    }
+    close(stop[0]);
+    close(report[1]);
+    auto reap = [&](bool kill_it) {
+        if (kill_it)
+            kill(pid, SIGKILL);
+        close(stop[1]);
+        waitpid(pid, nullptr, 0);
+    };
+    char ready;
+    if (!read_within(report[0], &ready, 1, kWaitMs)) {
+        fprintf(stderr, "hostile: the squatter did not start\n");
+        reap(true);
+        return 2;
+    }
+    // The port goes out only now: the victim's request must find the squatter.
+    printf("port=%d\n", ntohs(a.sin_port));
+    fflush(stdout);
+
+    int fd = accept_victim(ls);
+    tcp_drain(fd, true);
+    // Any CONFIRM frame, whatever its nonce: this process never saw the HELLO.
+    out.first_confirm = out.recv_bytes.size() >= neg::kConfirmSize &&
+                        neg::match_confirm(out.recv_bytes.data(), neg::kConfirmSize, nullptr) != neg::ConfirmMatch::no;
+    shutdown(fd, SHUT_WR);
+    // The victim closes once it read our EOF: the squatter goes on counting a while.
+    if (write(stop[1], "s", 1) != 1)
+        fprintf(stderr, "hostile: the squatter is gone before its report\n");
+    SquatReport r{};
+    bool got = read_within(report[0], &r, sizeof r, kSquatGraceMs + kWaitMs);
+    reap(!got);
+    if (!got) {
+        fprintf(stderr, "hostile: no report from the squatter\n");
+        out.print();
+        return 2;
+    }
+    out.cm = r.cm;
+    out.cm_after = r.cm_after;
+    out.wc = r.wc;
+    out.ring_msgs = static_cast<int64_t>(r.msgs);
+    out.ring_data = static_cast<int64_t>(r.data);
+    out.ring_switch = static_cast<int64_t>(r.switches);
+    out.ring_bytes = static_cast<int64_t>(r.bytes);
+    out.squat_uid = r.uid;
+    out.print();
+    return 0;
+}
 
 int run_server(const std::string &addr, const std::string &kase)
 {
     static const char *const known[] = {"accept_bad_magic", "accept_version", "accept_zero_rkey",
         "accept_log2_high", "accept_ring_oversized", "accept_reserved", "accept_wrong_nonce", "decline_none", "decline_unknown",
-        "second_prefix", "prefix_beyond_tcp", "accept_ring_outside_mr"};
+        "second_prefix", "prefix_beyond_tcp", "accept_ring_outside_mr", "impostor", "impostor_silent"};
     if (!known_case(known, sizeof known / sizeof known[0], kase, "server"))
         return 4;
+    if (kase.rfind("impostor", 0) == 0)
+        return run_impostor(addr, kase);
     int ls = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a = ipv4(addr, 0);
     if (bind(ls, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 || listen(ls, 4) != 0)
@@ -712,13 +1069,7 @@ int run_server(const std::string &addr, const std::string &kase)
     printf("port=%d\n", ntohs(a.sin_port));
     fflush(stdout);
 
-    int fd = accept(ls, nullptr, nullptr);
-    if (fd < 0)
-        die("accept");
-    sockaddr_in local{};
-    socklen_t ll = sizeof local;
-    getsockname(fd, reinterpret_cast<sockaddr *>(&local), &ll);
-    out.local_port = ntohs(local.sin_port);
+    int fd = accept_victim(ls);
 
     rdma_cm_event_type t;
     rdma_cm_id *id = nullptr;
@@ -778,6 +1129,13 @@ int run_server(const std::string &addr, const std::string &kase)
                 return 2;
             }
             out.cm = event_name(t);
+            // The victim's ring is its own registered memory (accept_ring_outside_mr lies
+            // about ours only): the proof goes in.
+            if (send_proof(qp, h, fd) != IBV_WC_SUCCESS) {
+                fprintf(stderr, "hostile: our PROOF_AT failed\n");
+                out.print();
+                return 2;
+            }
             uint8_t c[neg::kConfirmSize];
             size_t got = 0;
             while (got < sizeof c) {

@@ -464,6 +464,8 @@ Pair run_streams(const std::string &name, const std::vector<Stream> &plan, Side 
     s.args.insert(s.args.end(), {"--plan", plan_arg(plan), "--stall-ms", "10000"});
     if (wait_decided)
         s.args.push_back("--wait-decided");
+    else
+        s.args.push_back("--shutdown-decided");  // (its first bytes on TCP, but its FIN not before the PROOF)
     c.args.insert(c.args.end(), {"--plan", plan_arg(plan), "--stall-ms", "10000"});
     Pair pr = run_pair(name, s, c, 150000);
     expect_clean_exit(pr.server, name);
@@ -728,7 +730,9 @@ void streams_readiness(const std::string &mux)
                                 {65537, 65537, "send", true},
                                 {1000, 100000, "sendfile", false}};
     Side s, c;
-    s.args = {"--wait-mode", mux, "--banner", "1000"};
+    // (Its end of the stream once decided: a FIN before the RDMA request came would keep
+    // the connection on TCP, docs/protocol.md.)
+    s.args = {"--wait-mode", mux, "--banner", "1000", "--shutdown-decided"};
     c.args = {"--wait-mode", mux, "--banner", "1000"};
     std::string name = "streams/readiness_" + mux;
     s.args.insert(s.args.end(), {"--plan", plan_arg(plan)});

@@ -126,6 +126,10 @@ struct Options {
     std::string warmup;       // client: ADDR:PORT to connect to (and close) first
     bool allow_tcp = false;  // scenarios on plain TCP: checks the checks against the kernel
     bool wait_decided = false;
+    // server, bidir: shut down writing only once the connection is decided (a server
+    // that shuts down before the RDMA request comes can no longer prove itself in its
+    // stream, docs/protocol.md: the connection stays on TCP, closed_early)
+    bool shutdown_decided = false;
     std::vector<Entry> plan;              // --plan: one entry per connection
     std::vector<std::string> scenarios;   // --scenario a,b,c: one per connection
 };
@@ -727,6 +731,8 @@ void stream(int fd, const Entry &e, Counts &c, std::string &extra)
         long long t0 = now_us();
         std::thread writer([&] {
             send_stream(fd, 0, to_send, out_salt, c);
+            if (opt.shutdown_decided && !client)
+                wait_decided(fd);
             if (!opt.close_exit)
                 do_shutdown_wr(fd);
         });
@@ -1764,7 +1770,8 @@ void usage()
     dprintf(2,
             "usage: peer server|client --addr A [--port P] [--ports P1,P2,...] [--conns K]\n"
             "       [--plan C2S:S2C[:API[:bidir]],...] [--chunk N] [--banner N] [--echo] [--expect-echo]\n"
-            "       [--close-exit] [--nonblock-connect] [--wait-decided] [--hold-ms N] [--accept-delay-ms N]\n"
+            "       [--close-exit] [--nonblock-connect] [--wait-decided] [--shutdown-decided]\n"
+            "       [--hold-ms N] [--accept-delay-ms N]\n"
             "       [--close-listener]\n"
             "       [--wait-mode poll|select|epoll] [--push] [--stall-ms N]\n"
             "       [--warmup ADDR:PORT] [--pause-ms N] [--fionread-banner]\n"
@@ -1837,6 +1844,7 @@ int main(int argc, char **argv)
         {"banner", required_argument, nullptr, 'B'},   {"echo", no_argument, nullptr, 'e'},
         {"expect-echo", no_argument, nullptr, 'E'},    {"close-exit", no_argument, nullptr, 'x'},
         {"nonblock-connect", no_argument, nullptr, 'N'}, {"wait-decided", no_argument, nullptr, 'W'},
+        {"shutdown-decided", no_argument, nullptr, 'G'},
         {"scenario", required_argument, nullptr, 'S'}, {"helper", no_argument, nullptr, 'H'},
         {"hold-ms", required_argument, nullptr, 'h'},  {"pause-ms", required_argument, nullptr, 'Q'},  {"fionread-banner", no_argument, nullptr, 'F'},  {"allow-tcp", no_argument, nullptr, 'T'},
         {"accept-delay-ms", required_argument, nullptr, 'D'}, {"wait-mode", required_argument, nullptr, 'w'},
@@ -1865,6 +1873,7 @@ int main(int argc, char **argv)
         case 'x': opt.close_exit = true; break;
         case 'N': opt.nonblock_connect = true; break;
         case 'W': opt.wait_decided = true; break;
+        case 'G': opt.shutdown_decided = true; break;
         case 'S': opt.scenarios = split(optarg, ','); break;
         case 'H': opt.helper = true; break;
         case 'h': opt.hold_ms = atoi(optarg); break;
