@@ -107,18 +107,24 @@ void Conn::push_frame_locked() noexcept
     // Server: the PROOF (the connection is still verifying); client: the CONFIRM (it
     // is on RDMA already).
     const bool proof = side_ == Side::server;
-    const bool gone = proof ? sw_.phase() != Phase::verifying : ring_.st.broken();
-    if (closed_ || gone || (proof && ring_.st.broken() && !sw_.frame_started())) {
+    // (A PROOF partly in the stream is completed whatever happened meanwhile: bytes
+    // after a part of it would be delivered with it.)
+    const bool gone = proof ? sw_.phase() != Phase::verifying || ring_.st.broken() : ring_.st.broken();
+    if (closed_ || (gone && !(proof && sw_.frame_started()))) {
         // The fd is gone, the connection was decided, or the message before the frame
         // failed: the client's SWITCH (the connection is reset), the server's PROOF_AT
         // (the client is gone, or never got it: no PROOF, and the connection is TCP).
         sw_.end_frame();
+        if (sw_.frame_out_watched()) {
+            sw_.set_frame_out_watch(false);
+            up_.watch_tcp_out(*this, false);
+        }
         if (proof && !closed_ && sw_.phase() == Phase::verifying)
             give_up_verify_locked(Reason::timeout);
         refresh_watch();
         return;
     }
-    if (!sw_.frame_due(link_.completed()))
+    if (!sw_.frame_started() && !sw_.frame_due(link_.completed()))
         return;  // the message before it has not reached the peer yet
     const int w = sw_.write_frame(tcp_fd_);
     if (w == 0) {
@@ -136,7 +142,8 @@ void Conn::push_frame_locked() noexcept
         up_.watch_tcp_out(*this, false);
     }
     if (w < 0 && proof) {
-        give_up_verify_locked(Reason::closed_early);  // (our end of the stream was shut down)
+        if (sw_.phase() == Phase::verifying)
+            give_up_verify_locked(Reason::closed_early);  // (our end of the stream was shut down)
     } else if (w < 0) {
         fail("cannot write the CONFIRM");
     } else if (proof) {
@@ -207,11 +214,17 @@ void Conn::on_tcp_event(unsigned events) noexcept
         try_confirm_locked();  // switch even if the program never reads (nothing before it)
         return;
     }
-    if (side_ == Side::client && p == Phase::maybe && (events & (POLLIN | POLLRDHUP | POLLHUP))) {
+    if (side_ == Side::client && p == Phase::maybe && (events & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
         // The server's PROOF may have come (its PROOF_AT is in the completion queue by
-        // then): take it and switch, even if the program never reads.
+        // then): take it and switch, even if the program never reads.  The edge may
+        // also carry the server's EOF (this watch is edge-triggered: no second one), which
+        // starts the grace time once the PREFIX says its TCP bytes are all there.
+        if (events & (POLLRDHUP | POLLHUP | POLLERR))
+            tcp_.eof = true;
         presw_step_locked();
-        return;
+        p = sw_.phase();
+        if (p != Phase::rdma)
+            return;
     }
     if (p != Phase::rdma)
         return;

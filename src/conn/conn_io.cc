@@ -365,11 +365,13 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
 ssize_t Conn::send_presw_locked(std::unique_lock<std::mutex> &lk, int fd, const msghdr *msg, int flags,
                                 Deadline &dl) noexcept
 {
-    if ((flags & MSG_OOB) && sw_.phase() == Phase::maybe) {
+    if ((flags & MSG_OOB) && sw_.phase() == Phase::maybe && sw_.deferred_tcp() == Reason::none) {
         // Several urgent bytes make the receiver's in-band count ambiguous: the
-        // connection stays on TCP.
+        // connection stays on TCP.  (A client whose server's PROOF is still in the
+        // stream stays undecided until it is out: the byte goes on TCP, below.)
         decide_tcp_locked(Reason::urgent_data);
-        return kLookAgain;
+        if (sw_.phase() != Phase::maybe)
+            return kLookAgain;
     }
     if (side_ == Side::server && !sw_.interested()) {
         // A server that only writes (it sends a file, a feed) serves the connection as
@@ -407,8 +409,10 @@ ssize_t Conn::hold_for_proof_locked(std::unique_lock<std::mutex> &lk, int flags,
     if (side_ != Side::server || !sw_.frame_pending())
         return 0;
     poll_cq_locked();  // (the PROOF_AT's completion writes the PROOF)
-    if (!sw_.frame_pending() || sw_.phase() != Phase::verifying)
+    if (!sw_.frame_pending())
         return sw_.phase() == Phase::verifying ? 0 : kLookAgain;
+    if (sw_.phase() != Phase::verifying && !sw_.frame_started())
+        return kLookAgain;
     if (sw_.frame_started()) {
         // The rest of the PROOF goes first: the send buffer is full, as for any write.
         if ((flags & MSG_DONTWAIT) || nonblocking())

@@ -2,6 +2,8 @@
 #include "conn/rdma_conn.hh"
 
 #include <cerrno>
+#include <poll.h>
+#include <sys/ioctl.h>
 
 #include "base/addr.hh"
 #include "base/log.hh"
@@ -274,11 +276,21 @@ int Conn::presw_step_locked() noexcept
     return try_confirm_locked();
 }
 
-int Conn::presw_gated() noexcept
+int Conn::presw_gated(bool polled_in) noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
+    const bool proof_ahead = side_ == Side::client && sw_.proof_ahead();
     if (sw_.phase() == Phase::rdma || presw_step_locked() > 0)
         return -1;
+    if (polled_in && proof_ahead && !sw_.proof_ahead()) {
+        // The PROOF was taken just now: readable only if bytes of the program's (or the
+        // end of the stream) are there too.
+        pollfd pf{tcp_fd_, POLLRDHUP, 0};
+        int queued = 0;
+        const bool ended = RS_REAL(poll)(&pf, 1, 0) > 0;
+        if (!ended && RS_REAL(ioctl)(tcp_fd_, FIONREAD, &queued) == 0 && queued == 0)
+            return 1;
+    }
     return sw_.phase() != Phase::tcp && sw_.tcp_limit() == 0 ? 1 : 0;
 }
 

@@ -197,8 +197,10 @@ public:
 
     // poll/select on a socket still deciding: -1 it is on RDMA now (start over with its
     // eventfds), 1 its TCP bytes are held back (not readable, whatever the TCP socket
-    // says), 0 the TCP socket's readiness is the socket's.
-    int presw_gated() noexcept;
+    // says), 0 the TCP socket's readiness is the socket's.  `polled_in`: the TCP socket
+    // was just seen readable (a client's readiness that was only the server's PROOF,
+    // now out of the stream, is none).
+    int presw_gated(bool polled_in = false) noexcept;
 
     // SO_RCVLOWAT of the socket (setsockopt hook; read from the socket at the switch).
     void set_rcvlowat(int v) noexcept override { rcvlowat_.store(v < 1 ? 1 : v, std::memory_order_relaxed); }

@@ -85,8 +85,9 @@ bool Switchover::accept_prefix(uint32_t v) noexcept
 
 bool Switchover::accept_proof_at(uint32_t v) noexcept
 {
-    if (proof_known_ || v < tcp_taken_)
+    if (proof_at_seen_ || v < tcp_taken_)
         return false;
+    proof_at_seen_ = true;
     proof_known_ = true;
     proof_at_ = v;
     proof_came_ = Clock::now();
@@ -124,6 +125,13 @@ int Switchover::look_for_proof(int fd) noexcept
         buf = big.get();
     }
     if (!proof_verified_ || before == 0) {
+        // The end of the stream is sampled before the bytes: a partial PROOF is given up
+        // only when nothing more can come after what was peeked.  A pending error (a
+        // reset) is left for the program's call to report: a peek would consume it.
+        pollfd pf{fd, POLLRDHUP, 0};
+        const bool ended = RS_REAL(poll)(&pf, 1, 0) > 0;
+        if (pf.revents & POLLERR)
+            return -1;
         ssize_t n = RS_REAL(recv)(fd, buf, proof_verified_ ? neg::kProofSize : want, MSG_PEEK | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             return 0;
@@ -134,11 +142,8 @@ int Switchover::look_for_proof(int fd) noexcept
         auto m = neg::match_proof(buf + before, static_cast<size_t>(n) - before, nonce_);
         if (m == neg::ConfirmMatch::no)
             return -2;
-        if (m == neg::ConfirmMatch::partial) {
-            // The rest may come, unless the stream ended after these bytes.
-            pollfd pf{fd, POLLRDHUP, 0};
-            return RS_REAL(poll)(&pf, 1, 0) > 0 ? -2 : 0;
-        }
+        if (m == neg::ConfirmMatch::partial)
+            return ended ? -2 : 0;  // (the rest may come, unless the stream had ended)
         proof_verified_ = true;
     }
     if (before > 0)

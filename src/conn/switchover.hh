@@ -232,7 +232,8 @@ private:
     bool tcp_shut_wr_ = false;
     bool prefix_known_ = false;  // client: PREFIX received
     uint64_t prefix_left_ = 0;   // client: TCP bytes still to read before the ring
-    bool proof_known_ = false;   // client: PROOF_AT received
+    bool proof_known_ = false;   // client: PROOF_AT received (its PROOF still looked for)
+    bool proof_at_seen_ = false; // client: a PROOF_AT came (only one may)
     bool proof_verified_ = false;  // client: the PROOF was seen in place
     bool proof_taken_ = false;   // client: the PROOF was taken out of the stream
     uint64_t proof_at_ = 0;

@@ -324,7 +324,7 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
                 continue;
             // It switched, or its TCP input is (now) only the CONFIRM or bytes held back:
             // start over with its eventfds, or it is not readable.
-            int g = (k[map[i].first].revents & POLLIN) ? conn_of(map[i].s)->presw_gated() : 0;
+            int g = (k[map[i].first].revents & POLLIN) ? conn_of(map[i].s)->presw_gated(true) : 0;
             if (g < 0 || conn_of(map[i].s)->phase() == Conn::Phase::rdma) {
                 int left = ms_left(deadline, infinite);
                 return poll_mixed(fds, nfds, left, mask, use_mask);
