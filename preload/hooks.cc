@@ -116,11 +116,11 @@ Victim prepare_victim(int oldfd, int fd2) noexcept
     if (v.s && v.s->fds() == 1) {
         v.ci = capture(fd2, *v.s);
         if (RS_REAL(fcntl)(oldfd, F_GETFD) >= 0) {
+            readiness::on_close(fd2);  // first: see before_close()
             // Another thread in a call on fd2's connection keeps it, as close() does.
             v.deferred = defer_close(fd2, *v.s);
             if (!v.deferred)
                 offload::on_close(fd2, *v.s);
-            readiness::on_close(fd2);
         }
     }
     return v;
@@ -892,17 +892,20 @@ void forget_range(unsigned first, unsigned last) noexcept
         });
     } catch (...) {  // out of memory: the sockets left are dropped when their numbers are reused
     }
+    readiness::on_close_range(first, last);  // first: see before_close()
     for (int fd : fds)
         forget_socket(fd);
-    readiness::on_close_range(first, last);
     log::on_fds_closed(first, last);
 }
 }  // namespace
 
 void before_close(int fd) noexcept
 {
-    forget_socket(fd);
+    // The number's epoll registrations go first, as the kernel drops them at close: the
+    // connection then knows nobody watches its eventfds, and closes them with the
+    // socket rather than when the connection's linger or negotiation ends.
     readiness::on_close(fd);
+    forget_socket(fd);
     log::on_fd_closed(fd);
 }
 

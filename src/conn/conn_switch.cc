@@ -145,6 +145,7 @@ void Conn::client_failed(Reason why) noexcept
         decide_tcp_locked(why);
     else if (sw_.on(Switchover::Event::decide_tcp))  // the fd number may be reused: touch nothing through it
         sw_.leave_pending();
+    release_shadows_locked();
 }
 
 bool Conn::begin_verify(const neg::Nonce &n) noexcept
@@ -463,6 +464,7 @@ void Conn::decide_tcp_locked(Reason why) noexcept
     up_.decided_tcp(tcp_fd_);
     if (link_.cm_id() != nullptr)
         up_.release_rdma(*this);
+    release_shadows_locked();
 }
 
 }  // namespace rdmasock

@@ -119,6 +119,21 @@ void Conn::mark_closed() noexcept
     std::lock_guard<std::mutex> lk(mu_);
     closed_ = true;
     sw_.leave_pending();
+    release_shadows_locked();
+}
+
+void Conn::release_shadows() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    release_shadows_locked();
+}
+
+void Conn::release_shadows_locked() noexcept
+{
+    // Closed, or on TCP for good (a deferred client still reads through the library):
+    // nobody will look at the eventfds again once nobody does now.
+    if ((closed_ || sw_.phase() == Phase::tcp) && !sh_.watched())
+        sh_.close_fds();
 }
 
 void Conn::enter_pending() noexcept

@@ -185,6 +185,10 @@ public:
 
     // The program closed the TCP fd: its number may be reused, never touch it again.
     void mark_closed() noexcept;
+    // Close the shadow eventfds once the connection is closed (or on TCP for good) and
+    // nobody watches them (mark_closed and the decision try too; the engine tries when
+    // the socket is gone, when no call or poll can hold it any more).
+    void release_shadows() noexcept;
     // close() while other threads of the program are in calls on this connection: when
     // it is on RDMA, it goes on through `keep` (a duplicate of the TCP socket the library
     // owns) and true is returned; the program's number may then be reused.
@@ -326,6 +330,7 @@ private:
     void start_grace_locked() noexcept;
     // --- readiness (conn_events.cc) ---
     void update_shadows_locked(bool force = false) noexcept;
+    void release_shadows_locked() noexcept;
     bool readable_locked() const noexcept;
     bool writable_locked() const noexcept;
     // Client, before the PREFIX is consumed: the server's pre-switch bytes queued on the

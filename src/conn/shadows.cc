@@ -14,12 +14,16 @@ constexpr uint64_t kNotWritable = 0xfffffffffffffffeull;  // eventfd counter: no
 
 void efd_write(int fd, uint64_t v) noexcept
 {
+    if (fd < 0)
+        return;
     ssize_t r = RS_REAL(write)(fd, &v, sizeof v);
     (void)r;
 }
 
 void efd_drain(int fd) noexcept
 {
+    if (fd < 0)
+        return;
     uint64_t v;
     ssize_t r = RS_REAL(read)(fd, &v, sizeof v);
     (void)r;
@@ -29,44 +33,48 @@ void efd_drain(int fd) noexcept
 
 Shadows::Shadows() noexcept
     : rd_(util::move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC))),
-      wr_(util::move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)))
+      wr_(util::move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC))),
+      made_(rd_fd() >= 0 && wr_fd() >= 0)
 {
 }
 
-Shadows::~Shadows()
+Shadows::~Shadows() { close_fds(); }
+
+void Shadows::close_fds() noexcept
 {
-    if (rd_ >= 0)
-        RS_REAL(close)(rd_);
-    if (wr_ >= 0)
-        RS_REAL(close)(wr_);
+    const int rd = rd_.exchange(-1), wr = wr_.exchange(-1);
+    if (rd >= 0)
+        RS_REAL(close)(rd);
+    if (wr >= 0)
+        RS_REAL(close)(wr);
 }
 
 void Shadows::set(bool readable, bool writable) noexcept
 {
     if (readable && !rd_set_) {
-        efd_write(rd_, 1);
+        efd_write(rd_fd(), 1);
         rd_set_ = true;
     } else if (!readable && rd_set_) {
-        efd_drain(rd_);
+        efd_drain(rd_fd());
         rd_set_ = false;
     }
     if (!writable && !wr_blocked_) {
-        efd_write(wr_, kNotWritable);
+        efd_write(wr_fd(), kNotWritable);
         wr_blocked_ = true;
     } else if (writable && wr_blocked_) {
-        efd_drain(wr_);
+        efd_drain(wr_fd());
         wr_blocked_ = false;
     }
 }
 
-void Shadows::wake() noexcept { efd_write(rd_, 1); }
+void Shadows::wake() noexcept { efd_write(rd_fd(), 1); }
 
 void Shadows::drain_stale() noexcept
 {
     if (!rd_set_)
-        efd_drain(rd_);
+        efd_drain(rd_fd());
 }
 
-void Shadows::drain() noexcept { efd_drain(rd_); }
+void Shadows::drain() noexcept { efd_drain(rd_fd()); }
 
 }  // namespace rdmasock

@@ -19,9 +19,15 @@ public:
     Shadows(const Shadows &) = delete;
     Shadows &operator=(const Shadows &) = delete;
 
-    bool ok() const noexcept { return rd_ >= 0 && wr_ >= 0; }
-    int rd_fd() const noexcept { return rd_; }
-    int wr_fd() const noexcept { return wr_; }
+    // Both eventfds were made (and maybe closed since by close_fds()).
+    bool ok() const noexcept { return made_; }
+    // Close both eventfds now (a connection closed or decided for TCP that nobody
+    // watches: they would otherwise outlive the program's close by the connection's
+    // linger or negotiation, and count against its descriptor limit).  Every call after
+    // this is a no-op, and the numbers are -1.
+    void close_fds() noexcept;
+    int rd_fd() const noexcept { return rd_.load(std::memory_order_relaxed); }
+    int wr_fd() const noexcept { return wr_.load(std::memory_order_relaxed); }
 
     // Make the eventfds match the levels (two system calls at most, none when they
     // already match).
@@ -58,8 +64,11 @@ public:
     void sleep_end() noexcept { --sleepers_; }
 
 private:
-    int rd_ = -1;
-    int wr_ = -1;
+    // (Atomic: read without the connection's lock by the readiness layer, which only
+    // polls them, while close_fds() may run.)
+    std::atomic<int> rd_{-1};
+    std::atomic<int> wr_{-1};
+    bool made_ = false;
     bool rd_set_ = false;      // rd_ holds the "readable" value
     bool wr_blocked_ = false;  // wr_ holds the "not writable" value
     std::atomic<int> users_{0};

@@ -102,6 +102,10 @@ bool Engine::client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) 
         auto it = clients.find(c);
         if (it == clients.end())
             return false;
+        if (it->second.abandoned) {  // (before its kit: the next ones wait behind this step)
+            finish_client(c, Reason::closed_early, drop);
+            return true;
+        }
         conn = it->second.conn;
         id = it->second.id;
         hello = it->second.hello;
@@ -125,6 +129,8 @@ bool Engine::client_route(rdma_cm_event *ev, std::shared_ptr<rdma::CmId> &drop) 
     ClientNeg &n = it->second;
     n.t_res = t_res;
     n.hello = hello;
+    if (r == Reason::none && n.abandoned)
+        r = Reason::closed_early;  // (closed meanwhile, another probe of the host learns)
     if (r == Reason::none) {
         rdma_conn_param param{};
         param.private_data = pd;
@@ -163,7 +169,9 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
     switch (ev->event) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:
         // (The negotiation's deadline, set at its start, bounds this step too.)
-        if (rdma_resolve_route(n.id->get(), static_cast<int>(switch_window().count())) != 0)
+        if (n.abandoned)
+            r = Reason::closed_early;
+        else if (rdma_resolve_route(n.id->get(), static_cast<int>(switch_window().count())) != 0)
             r = Reason::no_route;
         break;
     case RDMA_CM_EVENT_ESTABLISHED: {

@@ -67,6 +67,9 @@ struct ClientNeg {
     // been made (a refused connect says nothing about RDMA).
     bool orphaned = false;
     bool tcp_ok = false;
+    // Orphaned while another probe of the host was under way, which learns the same:
+    // ended at once (closed_early) rather than run on (queue pair, kit, the peer's time).
+    bool abandoned = false;
     bool watched = false;  // the progress thread watches the TCP socket
     bool answered = false; // the peer's rdmasock answered (even if too late to switch)
     bool backoff = false;  // the host's last probe went unanswered: wait twice as long

@@ -384,6 +384,7 @@ int Engine::timers() noexcept
             if (it == conns.end())
                 continue;
             graveyard.emplace_back(it->second, now + Ms(rt::config().linger_ms));
+            it->second->release_shadows();  // (its number's epoll registrations are gone by now)
             watch_comp(*it->second);  // the peer's FIN frees it early
             conns.erase(it);
         }
@@ -429,17 +430,17 @@ int Engine::timers() noexcept
         for (auto &kv : conns)
             if (kv.second->on_timer(now))  // a grace period is running: check again soon
                 next = std::min(next, now + Ms(10));
-        std::vector<Conn *> late;
+        std::vector<std::pair<Conn *, Reason>> late;
         for (auto &kv : clients) {
             if (now >= kv.second.deadline) {
-                late.push_back(kv.first);
+                late.emplace_back(kv.first, kv.second.abandoned ? Reason::closed_early : Reason::timeout);
                 continue;
             }
             next = std::min(next, kv.second.deadline);
         }
-        for (Conn *c : late) {
+        for (auto &l : late) {
             std::shared_ptr<rdma::CmId> drop;
-            finish_client(c, Reason::timeout, drop);
+            finish_client(l.first, l.second, drop);
             expired.push_back(std::move(drop));
         }
     }
@@ -1172,6 +1173,14 @@ void on_close(int fd, Socket &s) noexcept
             if (auto it = g_engine->clients.find(c); it != g_engine->clients.end()) {
                 it->second.orphaned = true;
                 it->second.tcp_ok = tcp_ok;
+                // One orphan per host is enough to learn about it: a process making short
+                // connections would otherwise run a whole negotiation in the background
+                // for each, a kit (rings registered and pinned) included.
+                if (g_engine->peers.in_flight(reinterpret_cast<sockaddr *>(&it->second.peer)) > 1) {
+                    it->second.abandoned = true;
+                    it->second.deadline = Clock::now();  // the progress thread ends it next
+                    g_engine->wake();
+                }
             }
         }
     }

@@ -78,6 +78,12 @@ Reason Peers::admit(const sockaddr *peer, bool *backoff) noexcept
 
 void Peers::started(const sockaddr *peer) noexcept { ++probing_[endpoint_key(peer, false)]; }
 
+int Peers::in_flight(const sockaddr *peer) const noexcept
+{
+    auto it = probing_.find(endpoint_key(peer, false));
+    return it == probing_.end() ? 0 : it->second;
+}
+
 void Peers::ended(const sockaddr *peer) noexcept
 {
     auto it = probing_.find(endpoint_key(peer, false));

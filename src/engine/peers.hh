@@ -33,6 +33,8 @@ public:
     // A probe of `peer` went out / ended (each start is ended once).
     void started(const sockaddr *peer) noexcept;
     void ended(const sockaddr *peer) noexcept;
+    // Probes of `peer`'s host in flight.
+    int in_flight(const sockaddr *peer) const noexcept;
     // How a probe of `peer` ended: Reason::none for any answer from rdmasock there (RDMA,
     // or a DECLINE), timeout for no answer, else a definitive answer without RDMA.
     void remember(const sockaddr *peer, Reason r) noexcept;

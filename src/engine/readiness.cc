@@ -26,6 +26,9 @@ struct Reg {
     epoll_data_t data{};
     bool on_shadows = false;  // registered as the connection's two eventfds
     int rd = -1, wr = -1;
+    // While on_shadows: the connection whose eventfds they are (it counts the
+    // registration as a user; the number fd may name another socket by its end).
+    std::weak_ptr<Conn> conn;
 };
 
 struct Set {
@@ -80,21 +83,25 @@ int add_shadows(int epfd, Set &set, int fd, Reg &r, Conn &c) noexcept
     if (int e = arm_shadows(epfd, EPOLL_CTL_ADD, r.events, r.data, c))
         return e;
     r.on_shadows = true;
+    r.conn = c.self();
     c.shadow_users(+1);
     set.by_data[r.data.u64] = fd;
     g_shadow_regs.fetch_add(1, std::memory_order_relaxed);
     return 0;
 }
 
-void del_shadows(int epfd, Set &set, int fd, Reg &r) noexcept
+// Take a registration off its connection's shadows (g_mu held).  The eventfds leave the
+// epoll set before the connection stops counting the registration (it may then close
+// them, and the numbers be reused).
+void del_shadows(int epfd, Set &set, Reg &r) noexcept
 {
     if (!r.on_shadows)
         return;
-    if (SocketRef s = fdt::get(fd))
-        if (Conn *c = conn_of(s))
-            c->shadow_users(-1);
     RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, r.rd, nullptr);
     RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, r.wr, nullptr);
+    if (std::shared_ptr<Conn> c = r.conn.lock())
+        c->shadow_users(-1);
+    r.conn.reset();
     set.by_data.erase(r.data.u64);
     r.on_shadows = false;
     g_shadow_regs.fetch_sub(1, std::memory_order_relaxed);
@@ -281,6 +288,8 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
             int g = conn_of(map[i].s)->presw_gated();
             if (g < 0)
                 return poll_mixed(fds, nfds, ms_left(deadline, infinite), mask, use_mask);
+            // (-1 once it is on TCP for good and its eventfds are closed: poll skips it.)
+            k[map[i].first + 1].fd = conn_of(map[i].s)->rd_fd();
             k[map[i].first].events = g ? static_cast<short>(fds[i].events & ~POLLIN) : fds[i].events;
         }
         int tmo = ready ? 0 : ms_left(deadline, infinite);
@@ -554,7 +563,7 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
             errno = EINVAL;
             return -1;
         }
-        del_shadows(epfd, set, fd, it->second);
+        del_shadows(epfd, set, it->second);
         it->second.events = ev->events;
         it->second.data = ev->data;
         if ((r = add_shadows(epfd, set, fd, it->second, *c)) != 0) {
@@ -568,7 +577,7 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
             return -1;
         }
         if (it->second.on_shadows)
-            del_shadows(epfd, set, fd, it->second);
+            del_shadows(epfd, set, it->second);
         else
             RS_REAL(epoll_ctl)(epfd, op, fd, ev);
         set.regs.erase(it);
@@ -635,18 +644,17 @@ void on_close_range(unsigned first, unsigned last) noexcept
     const int hi = last > static_cast<unsigned>(INT_MAX) ? INT_MAX : static_cast<int>(last);
     std::lock_guard<std::mutex> lk(g_mu);
     auto &all = sets();
-    // epoll fds holding registrations
+    // epoll fds holding registrations (their eventfds leave the set with it)
     for (auto own = all.lower_bound(lo); own != all.end() && own->first <= hi;) {
         for (auto &kv : own->second.regs)
-            if (kv.second.on_shadows)
-                g_shadow_regs.fetch_sub(1, std::memory_order_relaxed);
+            del_shadows(own->first, own->second, kv.second);
         own = all.erase(own);
         g_sets_count.fetch_sub(1, std::memory_order_relaxed);
     }
     for (auto &kv : all) {
         auto &regs = kv.second.regs;
         for (auto it = regs.lower_bound(lo); it != regs.end() && it->first <= hi;) {
-            del_shadows(kv.first, kv.second, it->first, it->second);
+            del_shadows(kv.first, kv.second, it->second);
             it = regs.erase(it);
         }
     }

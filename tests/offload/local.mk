@@ -5,7 +5,7 @@
 # the soft-RoCE VM (tests/vm/run --nordma-ns), where a skip or any failure fails.
 # Paths are relative to the top directory (included from Makefile.am).
 
-check_PROGRAMS += tests/offload/peer tests/offload/kvclient tests/offload/offload_tests
+check_PROGRAMS += tests/offload/peer tests/offload/kvclient tests/offload/churn tests/offload/offload_tests
 TESTS += tests/offload/offload_tests
 
 # The program under test: plain C++, no Boost; it runs with and without the library.
@@ -15,19 +15,22 @@ tests_offload_peer_LDADD = tests/common/libtestcommon.a -lpthread
 # A memcached client that checks every answer (programs/memcached).
 tests_offload_kvclient_SOURCES = tests/offload/kvclient.cc
 tests_offload_kvclient_LDADD = -lpthread
+# One process, both ends of short connections at a descriptor limit (scale/short_connections).
+tests_offload_churn_SOURCES = tests/offload/churn.cc
 
 tests_offload_offload_tests_SOURCES = tests/offload/offload_tests.cc tests/offload/driver.hh
 tests_offload_offload_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TEST_DYN_LINK \
 	-DRDMASOCK_BUILD_LIB='"$(abs_top_builddir)/.libs/librdmasock.so"' \
 	-DOFFLOAD_PEER='"$(abs_top_builddir)/tests/offload/peer$(EXEEXT)"' \
 	-DOFFLOAD_KVCLIENT='"$(abs_top_builddir)/tests/offload/kvclient$(EXEEXT)"' \
+	-DOFFLOAD_CHURN='"$(abs_top_builddir)/tests/offload/churn$(EXEEXT)"' \
 	-DOFFLOAD_TOOL='"$(abs_top_builddir)/tools/rdmasock$(EXEEXT)"' \
 	-DOFFLOAD_IPERF_SCRIPT='"$(abs_top_srcdir)/tools/rdmasock-iperf"' \
 	-DOFFLOAD_EMPTY_PRELOAD='"$(abs_top_builddir)/tests/offload/empty_preload.so"'
 tests_offload_offload_tests_LDADD = tests/common/libtestcommon.a $(BOOST_TEST_LIBS) -lpthread
 # The tests run the preload library and the peer.
 EXTRA_tests_offload_offload_tests_DEPENDENCIES = librdmasock.la librdmasock_engine.la tests/offload/peer$(EXEEXT) tests/offload/kvclient$(EXEEXT) \
-	tests/offload/empty_preload.so
+	tests/offload/churn$(EXEEXT) tests/offload/empty_preload.so
 
 # An empty library to preload: the floor of system/start_cost.
 tests/offload/empty_preload.so: $(srcdir)/tests/offload/empty_preload.cc
