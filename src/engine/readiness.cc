@@ -91,14 +91,17 @@ int add_shadows(int epfd, Set &set, int fd, Reg &r, Conn &c) noexcept
 }
 
 // Take a registration off its connection's shadows (g_mu held).  The eventfds leave the
-// epoll set before the connection stops counting the registration (it may then close
-// them, and the numbers be reused).
-void del_shadows(int epfd, Set &set, Reg &r) noexcept
+// epoll set (unless in_kernel is false: the epoll fd itself is being closed, and the
+// set may be a fork parent's too, which keeps its registrations) before the connection
+// stops counting the registration (it may then close them, and the numbers be reused).
+void del_shadows(int epfd, Set &set, Reg &r, bool in_kernel = true) noexcept
 {
     if (!r.on_shadows)
         return;
-    RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, r.rd, nullptr);
-    RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, r.wr, nullptr);
+    if (in_kernel) {
+        RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, r.rd, nullptr);
+        RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, r.wr, nullptr);
+    }
     if (std::shared_ptr<Conn> c = r.conn.lock())
         c->shadow_users(-1);
     r.conn.reset();
@@ -644,10 +647,11 @@ void on_close_range(unsigned first, unsigned last) noexcept
     const int hi = last > static_cast<unsigned>(INT_MAX) ? INT_MAX : static_cast<int>(last);
     std::lock_guard<std::mutex> lk(g_mu);
     auto &all = sets();
-    // epoll fds holding registrations (their eventfds leave the set with it)
+    // epoll fds holding registrations: their registrations are forgotten, not deleted
+    // (a fork child's close leaves its parent's set as it is, as the kernel does)
     for (auto own = all.lower_bound(lo); own != all.end() && own->first <= hi;) {
         for (auto &kv : own->second.regs)
-            del_shadows(own->first, own->second, kv.second);
+            del_shadows(own->first, own->second, kv.second, false);
         own = all.erase(own);
         g_sets_count.fetch_sub(1, std::memory_order_relaxed);
     }
