@@ -1172,6 +1172,7 @@ pid_t fork() noexcept
         offload::after_fork_child();
         streams_after_fork_child();
         report::after_fork_child();
+        readiness::after_fork_child();
         // Offloaded connections belong to the process that made them: in the child
         // they report ECONNRESET (documented in rdmasock(7), FORK).
         fdt::for_each([](int, const SocketRef &s) {

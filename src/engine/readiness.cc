@@ -29,6 +29,9 @@ struct Reg {
     // While on_shadows: the connection whose eventfds they are (it counts the
     // registration as a user; the number fd may name another socket by its end).
     std::weak_ptr<Conn> conn;
+    // Made before a fork, by the parent: the set is the parent's too, and the parent
+    // still holds the socket (a close here leaves the registration, as the kernel does).
+    bool inherited = false;
 };
 
 struct Set {
@@ -637,6 +640,14 @@ void on_decided_tcp(int fd) noexcept
 void lock_for_fork() noexcept { g_mu.lock(); }
 void unlock_after_fork() noexcept { g_mu.unlock(); }
 
+void after_fork_child() noexcept
+{
+    std::lock_guard<std::mutex> lk(g_mu);
+    for (auto &kv : sets())
+        for (auto &r : kv.second.regs)
+            r.second.inherited = true;
+}
+
 void on_close(int fd) noexcept { on_close_range(static_cast<unsigned>(fd), static_cast<unsigned>(fd)); }
 
 void on_close_range(unsigned first, unsigned last) noexcept
@@ -655,10 +666,12 @@ void on_close_range(unsigned first, unsigned last) noexcept
         own = all.erase(own);
         g_sets_count.fetch_sub(1, std::memory_order_relaxed);
     }
+    // Registrations of closed sockets: the kernel drops one when the socket's last
+    // descriptor goes; a fork child's close leaves its parent's (the parent holds it).
     for (auto &kv : all) {
         auto &regs = kv.second.regs;
         for (auto it = regs.lower_bound(lo); it != regs.end() && it->first <= hi;) {
-            del_shadows(kv.first, kv.second, it->second);
+            del_shadows(kv.first, kv.second, it->second, !it->second.inherited);
             it = regs.erase(it);
         }
     }

@@ -41,5 +41,7 @@ void on_close_range(unsigned first, unsigned last) noexcept;
 // held by a thread that does not exist there (its first close would wait forever).
 void lock_for_fork() noexcept;
 void unlock_after_fork() noexcept;
+// In a fork child: the registrations so far are the parent's too.
+void after_fork_child() noexcept;
 
 }  // namespace rdmasock::readiness

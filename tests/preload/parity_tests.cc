@@ -123,6 +123,7 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         "stream rw inet", "stream iov inet", "stream sendrecv inet", "stream msg inet",
         "stream sendfile inet", "epipe", "eagain", "fill", "connstate", "epoll-lt", "epoll-et",
         "epoll-et-fin", "epoll-oneshot", "epoll-rdhup", "epoll-nested", "peek", "waitall", "dontwait", "dup", "dup-reuse", "nonblock-elsewhere",
+        "fork-epoll-close",
         // unix: its only TCP connection is the one passed with SCM_RIGHTS
         "unix", "stdio", "splice", "closelog inet exact", "closelog inet eof", "closelog-queued inet"};
     static const std::set<std::string> one_pair6 = {
@@ -1411,6 +1412,27 @@ write via d = 2
 b reads = 2
 b mask (d still open) = POLLOUT
 b reads EOF = 0
+)")
+
+// A fork child closes its copies of sockets registered in an epoll set it shares with
+// its parent: the parent's waits still see them (the library dropped the parent's
+// registrations of offloaded sockets from the set before).
+PARITY_CASE(fork_child_closes_epoll_sockets, ({"fork-epoll-close"}), nullptr,
+R"(ADD c EPOLLIN = 0
+ADD s EPOLLIN = 0
+child closed its copies: yes
+server writes = 4
+parent's wait (child alive): 1 [1 EPOLLIN]
+client reads = 4
+client writes = 4
+parent's wait for the server end: 1 [2 EPOLLIN]
+server reads = 4
+nothing left: 0
+let the child exit = 1
+child exit = 0
+server writes = 5
+parent's wait (child gone): 1 [1 EPOLLIN]
+client reads = 5
 )")
 
 PARITY_CASE(fork_child_uses_socket, ({"fork"}), nullptr,

@@ -2352,6 +2352,50 @@ int sc_dup2_live(const Args &)
 // fork: a connection used by a fork child.  An offloaded connection belongs to the
 // process that made it (rdmasock(7), FORK AND EXEC), so these pairs are made in the plain
 // order (connect, then accept) even with SOCKPROBE_ADDR: the library cannot offload them.
+// An epoll set shared with a fork child, which closes its copies of the registered
+// sockets: the registrations stay (the parent still holds the sockets) and the parent's
+// waits see the sockets' input, while the child lives and after its exit.
+int sc_fork_epoll_close(const Args &)
+{
+    Conn p = tcp_pair(AF_INET);
+    int ep = must(epoll_create1(0), "epoll_create1");
+    ectl("ADD c EPOLLIN", ep, EPOLL_CTL_ADD, p.c, EPOLLIN, 1);
+    ectl("ADD s EPOLLIN", ep, EPOLL_CTL_ADD, p.s, EPOLLIN, 2);
+    int closed[2], go[2];
+    must(pipe(closed), "pipe");
+    must(pipe(go), "pipe");
+    fflush(stdout);
+    pid_t pid = must(fork(), "fork");
+    if (pid == 0) {
+        close(p.c);
+        close(p.s);
+        char b = 'c';
+        if (write(closed[1], &b, 1) != 1 || read(go[0], &b, 1) != 1)
+            _exit(1);
+        _exit(0);
+    }
+    char b[16];
+    out("child closed its copies: %s", read(closed[0], b, 1) == 1 ? "yes" : "no");
+    SHOW("server writes", write(p.s, "ping", 4));
+    ewait("parent's wait (child alive)", ep, kWaitMs);
+    SHOW("client reads", read(p.c, b, sizeof b));
+    SHOW("client writes", write(p.c, "pong", 4));
+    ewait("parent's wait for the server end", ep, kWaitMs);
+    SHOW("server reads", read(p.s, b, sizeof b));
+    ewait("nothing left", ep, 0);
+    SHOW("let the child exit", write(go[1], "x", 1));
+    int st = 0;
+    waitpid(pid, &st, 0);
+    out("child exit = %d", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    SHOW("server writes", write(p.s, "again", 5));
+    ewait("parent's wait (child gone)", ep, kWaitMs);
+    SHOW("client reads", read(p.c, b, sizeof b));
+    for (int fd : {closed[0], closed[1], go[0], go[1], ep})
+        close(fd);
+    close_conn(p);
+    return 0;
+}
+
 int sc_fork(const Args &)
 {
     const size_t n = 1u << 20;
@@ -3287,6 +3331,7 @@ const Scenario kScenarios[] = {
     {"exit-deferred", sc_exit_deferred, ""},
     {"exit-open", sc_exit_open, ""},
     {"fork", sc_fork, ""},
+    {"fork-epoll-close", sc_fork_epoll_close, ""},
     {"close-read", sc_close_read, ""},
     {"signals", sc_signals, ""},
     {"unix", sc_unix, ""},
