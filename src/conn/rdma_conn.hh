@@ -218,26 +218,8 @@ public:
     // FIONREAD / SIOCINQ and SIOCOUTQ.
     int bytes_readable() noexcept override;
     int bytes_unacked() noexcept override;
-    // close(): orderly (FIN) or abortive (RESET).  As the kernel's close() returns
-    // before the last bytes are acknowledged, the orderly one waits only with SO_LINGER
-    // set (linger_s > 0, up to that long): true when the last bytes or the FIN are
-    // still to go out or be acknowledged (the peer has stopped taking them), which the
-    // progress thread then finishes (start_drain).
-    bool close_connection(bool abortive, int linger_s = 0) noexcept;
-    // Closed with its last messages still to go (close_connection returned true):
-    // `tcp` is the library's duplicate of the TCP socket, closed once they went.
-    void start_drain(int tcp) noexcept;
-    // The progress thread, for a closed connection: true while its last messages are
-    // still going out (the peer's queue pair still takes none: a stopped process).
-    // Gives up, and closes the duplicate, once the connection breaks, the peer's TCP
-    // connection ends, or after kDrainMs.
-    bool draining(std::chrono::steady_clock::time_point now) noexcept;
-    bool drain_pending() const noexcept { return drain_fd_.load(std::memory_order_acquire) >= 0; }
-    // In a fork child: the copies of the duplicates go (held, they would keep the TCP
-    // connections open after the parent's drains).  Lock-free, from a table of them.
-    static void drop_drains_in_child() noexcept;
-    static constexpr int kDrainMs = 30000;
-    static constexpr int kCloseWaitMs = 5;
+    // close(): orderly (FIN, bounded wait for it to be sent) or abortive (RESET).
+    void close_connection(bool abortive) noexcept;
 
     // --- readiness ----------------------------------------------------------------------
     int rd_fd() const noexcept { return sh_.rd_fd(); }
@@ -439,15 +421,6 @@ private:
         uint64_t arrived_seen = 0;
     } tcp_;
     bool closed_ = false;  // the TCP fd is closed (its number may be reused)
-    // close(): the FIN "closed" is posted (close_fin_wr_: its request's number), and
-    // the duplicate of the TCP socket the progress thread holds until it has completed.
-    bool close_fin_posted_ = false;
-    uint64_t close_fin_wr_ = 0;
-    std::atomic<int> drain_fd_{-1};
-    Clock::time_point drain_until_{};
-    // The staged bytes, then the FIN "closed", as far as the send queue takes them now:
-    // true once the FIN has completed or the connection broke.
-    bool drain_locked() noexcept;
     // The queue pair and queues are made and the receives posted: a call of the program
     // may poll the completion queue (a client's before its switch: the PROOF_AT).
     bool cq_ready_ = false;

@@ -146,8 +146,6 @@ public:
     Peers peers;  // what probes learnt of the peers
     std::vector<std::pair<std::shared_ptr<Conn>, Clock::time_point>> graveyard;
     std::vector<Conn *> retiring;
-    // Closed connections whose last messages are still going out (Conn::draining).
-    std::vector<std::shared_ptr<Conn>> drains;
     // Requests claimed by an accept(): accepted by the progress thread, so accept()
     // itself never waits for queue pairs and rings to be created.
     std::vector<std::pair<std::shared_ptr<Conn>, Parked>> claimed;

@@ -372,7 +372,7 @@ int Engine::timers() noexcept
 {
     auto now = Clock::now();
     Clock::time_point next = Clock::time_point::max();
-    std::vector<std::shared_ptr<Conn>> drop, drained;
+    std::vector<std::shared_ptr<Conn>> drop;
     std::vector<std::shared_ptr<rdma::CmId>> expired;
     {
         std::lock_guard<std::mutex> lk(mu);
@@ -389,19 +389,8 @@ int Engine::timers() noexcept
             conns.erase(it);
         }
         retiring.clear();
-        for (auto it = drains.begin(); it != drains.end();) {
-            if ((*it)->draining(now)) {
-                next = std::min(next, now + Ms(10));
-                ++it;
-            } else {
-                drained.push_back(std::move(*it));
-                it = drains.erase(it);
-            }
-        }
         for (auto it = graveyard.begin(); it != graveyard.end();) {
-            if (it->first->drain_pending()) {
-                ++it;  // (the drains' timer looks again)
-            } else if (it->first->peer_finished() || now >= it->second) {
+            if (it->first->peer_finished() || now >= it->second) {
                 unwatch_comp(*it->first);
                 drop.push_back(std::move(it->first));
                 it = graveyard.erase(it);
@@ -486,7 +475,6 @@ int Engine::timers() noexcept
         if (c->cm_id())
             rdma_disconnect(c->cm_id()->get());
     drop.clear();
-    drained.clear();
     expired.clear();
     if (next == Clock::time_point::max())
         return -1;
@@ -1157,31 +1145,6 @@ void drop_listener(Socket &s) noexcept
     s.listener.reset();
 }
 
-// close() of a connection on RDMA (or about to be): its FIN or RESET, per SO_LINGER.
-// Last messages the peer does not take yet (a stopped process) are left to the progress
-// thread, with a duplicate of the TCP socket that keeps the TCP connection open until
-// they went (the peer counts a TCP end with no FIN as a reset).
-void close_orderly(int fd, Conn &c) noexcept
-{
-    linger lg{};
-    socklen_t len = sizeof lg;
-    const bool set = RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 && lg.l_onoff;
-    if (!c.close_connection(set && lg.l_linger == 0, set ? lg.l_linger : 0) || g_engine == nullptr)
-        return;
-    std::shared_ptr<Conn> self = c.self();
-    int d = util::dup_high(fd);
-    if (d < 0 || !self) {
-        if (d >= 0)
-            RS_REAL(close)(d);
-        return;
-    }
-    self->start_drain(d);
-    RS_DEBUG("connection fd=%d: closed with its last messages still to go (the peer takes none now)", fd);
-    std::lock_guard<std::mutex> lk(g_engine->mu);
-    g_engine->drains.push_back(std::move(self));
-    g_engine->wake();
-}
-
 void on_close(int fd, Socket &s) noexcept
 {
     drop_listener(s);
@@ -1225,7 +1188,11 @@ void on_close(int fd, Socket &s) noexcept
     // a negotiating client takes a PROOF out of the stream.
     if (c->phase() == Conn::Phase::rdma || c->phase() == Conn::Phase::verifying ||
         (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe)) {
-        close_orderly(fd, *c);
+        linger lg{};
+        socklen_t len = sizeof lg;
+        bool abortive = RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 &&
+                        lg.l_onoff && lg.l_linger == 0;
+        c->close_connection(abortive);
     }
     if (g_engine != nullptr && c->side() == Conn::Side::server)
         forget_undecided(g_engine, *c);
@@ -1264,20 +1231,12 @@ void at_exit() noexcept
         auto *c = Conn::of(s->transport);
         if (c->phase() != Conn::Phase::rdma)
             return;
-        close_orderly(fd, *c);
+        linger lg{};
+        socklen_t len = sizeof lg;
+        bool abortive = RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 &&
+                        lg.l_onoff && lg.l_linger == 0;
+        c->close_connection(abortive);
     });
-    // The progress thread sends what the closed connections still have to send (a
-    // stopped peer's): the process waits for it, in the same bounds (Conn::draining).
-    const auto until = Clock::now() + Ms(Conn::kDrainMs);
-    while (g_engine->running()) {
-        {
-            std::lock_guard<std::mutex> lk(g_engine->mu);
-            if (g_engine->drains.empty() || Clock::now() >= until)
-                break;
-            g_engine->wake();
-        }
-        usleep(10000);
-    }
 }
 
 void release_rdma(Conn &c) noexcept
@@ -1312,7 +1271,6 @@ void after_fork_child() noexcept
     // connection that may be offloaded starts an engine of this process's own, on a
     // fresh copy of rdma-core (rdma/dl.hh).
     if (g_engine != nullptr) {
-        Conn::drop_drains_in_child();
         g_engine->close_inherited();
         g_engine = nullptr;  // leaked on purpose: its members refer to the parent's resources
     }
