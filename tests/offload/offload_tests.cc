@@ -1710,8 +1710,6 @@ void semantics_close_exit(bool writer_is_client)
         BOOST_CHECK_MESSAGE(field(*f, "eof") == "1", name << ": the reader saw no EOF after the data");
 }
 
-// The peer is killed with SIGKILL while the survivor is blocked in read: ECONNRESET
-// (EOF is wrong) within about 2 s.
 // CPU time (user + system, clock ticks) a process has used so far; -1 if unknown.
 long cpu_ticks(pid_t pid)
 {
@@ -1765,13 +1763,16 @@ void semantics_idle_no_cpu()
                                                       << " ms, client " << c_ms << " ms in 2 s");
 }
 
-void semantics_sigkill(bool killed_is_client)
+// The peer is killed with SIGKILL while the survivor is blocked in read() (sigkill), in
+// write() on a full ring (sigkill_write) or in epoll_wait() (sigkill_epoll): ECONNRESET
+// or EPIPE (EOF is wrong: the peer's FIN never came) within about 2 s.
+void semantics_sigkill(bool killed_is_client, const std::string &scenario = "sigkill")
 {
-    const std::string name = std::string("semantics/sigkill_") + (killed_is_client ? "client" : "server");
+    const std::string name = "semantics/" + scenario + "_" + (killed_is_client ? "client" : "server");
     Side s, c;
     Side &tester = killed_is_client ? s : c;
     Side &helper = killed_is_client ? c : s;
-    tester.args = {"--scenario", "sigkill"};
+    tester.args = {"--scenario", scenario};
     helper.args = {"--helper", "--conns", "1"};
     double killed_at = 0;
     Pair pr = run_pair(name, s, c, 60000, [&](Proc &sp, Proc &cp, Pair &) {
@@ -1804,8 +1805,10 @@ void semantics_sigkill(bool killed_is_client)
     double exit_at = killed_is_client ? pr.server_exit_ms : pr.client_exit_ms;
     if (killed_at > 0 && exit_at > 0) {
         double dt = exit_at - killed_at;
-        note(name + ": the survivor's read() failed and it exited " + std::to_string(static_cast<long>(dt)) +
-             " ms after the SIGKILL (" + (t.conn(0) ? field(*t.conn(0), "read_result") : "?") + ")");
+        const std::string call = scenario == "sigkill_write" ? "write" : "read";
+        note(name + ": the survivor's " + (scenario == "sigkill_epoll" ? "epoll_wait() and " : "") + call +
+             "() failed and it exited " + std::to_string(static_cast<long>(dt)) + " ms after the SIGKILL (" +
+             (t.conn(0) ? field(*t.conn(0), call + "_result") : "?") + ")");
         BOOST_CHECK_MESSAGE(dt < 2500, name << ": the survivor took " << dt << " ms after the SIGKILL, want < ~2 s");
     }
 }
@@ -3275,6 +3278,10 @@ bool init_tests()
     add(sem, "sigkill_client", [] { semantics_sigkill(true); });
     add(sem, "idle_no_cpu", semantics_idle_no_cpu);
     add(sem, "sigkill_server", [] { semantics_sigkill(false); });
+    // The survivor blocked in write() on a full ring, or in epoll_wait() (issue 17, 4).
+    for (std::string k : {"sigkill_write", "sigkill_epoll"})
+        for (bool killed_client : {true, false})
+            add(sem, k + (killed_client ? "_client" : "_server"), [k, killed_client] { semantics_sigkill(killed_client, k); });
     master.add(sem);
 
     // The same scenarios in the default mode (issue 17: users get the asynchronous switch).

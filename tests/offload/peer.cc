@@ -1485,6 +1485,66 @@ void scenario(int fd, Counts &c, std::string &extra)
             return t.fail("send after a reset: %zd (%s), want EPIPE", r, strerror(e));
         c.eof = 1;
         return;  // no finish(): the connection is gone
+    } else if (s == "sigkill_write" || s == "sigkill_epoll") {
+        // As sigkill, the survivor blocked in write() on a full ring (the helper reads
+        // nothing more), or in epoll_wait(): EPIPE or ECONNRESET, an error event.
+        t.give_data(1000);
+        t.cmd('a');
+        uint8_t a = 0;
+        if (!read_full(fd, &a, 1, c) || a != 'A')
+            return t.fail("no ack");
+        t.cmd('k');
+        int ep = -1;
+        if (s == "sigkill_epoll") {
+            ep = epoll_create1(EPOLL_CLOEXEC);
+            epoll_event ev{};
+            ev.events = EPOLLIN | EPOLLRDHUP;
+            if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0)
+                return t.fail("epoll: %s", strerror(errno));
+        }
+        out_line("blocked");
+        long long t0 = now_us();
+        ssize_t r = 0;
+        int e = 0;
+        if (ep >= 0) {
+            epoll_event ev{};
+            int n = epoll_wait(ep, &ev, 1, 20000);
+            t.note("epoll_returned_after_ms", (now_us() - t0) / 1000);
+            close(ep);
+            if (n != 1 || !(ev.events & (EPOLLERR | EPOLLHUP)))
+                return t.fail("epoll_wait after the peer was killed: %d, events 0x%x, want an error event", n,
+                              n == 1 ? ev.events : 0u);
+            uint8_t b[16];
+            r = read(fd, b, sizeof b);
+            e = errno;
+            extra += std::string(" read_result=") + (r < 0 ? strerrorname_np(e) : r == 0 ? "EOF" : "data");
+            if (!(r < 0 && e == ECONNRESET))
+                return t.fail("read after the error event: %zd (%s), want ECONNRESET", r,
+                              r < 0 ? strerror(e) : (r == 0 ? "EOF" : "data"));
+        } else {
+            std::vector<uint8_t> b(65536);
+            uint64_t total = 0;
+            for (;;) {
+                r = send(fd, b.data(), b.size(), MSG_NOSIGNAL);
+                if (r < 0 && errno == EINTR)
+                    continue;
+                if (r <= 0)
+                    break;
+                total += static_cast<uint64_t>(r);
+                c.sent += static_cast<uint64_t>(r);
+                if (total > (1ull << 30))
+                    return t.fail("1 GiB written to a peer that reads nothing");
+            }
+            e = errno;
+            t.note("write_returned_after_ms", (now_us() - t0) / 1000);
+            t.note("written_before_error", static_cast<long long>(total));
+            extra += std::string(" write_result=") + (r < 0 ? strerrorname_np(e) : "0");
+            if (!(r < 0 && (e == EPIPE || e == ECONNRESET)))
+                return t.fail("write after the peer was killed: %zd (%s), want EPIPE or ECONNRESET", r,
+                              r < 0 ? strerror(e) : "0");
+        }
+        c.eof = 1;
+        return;
     } else if (s == "sigkill") {
         t.give_data(1000);
         t.cmd('a');
