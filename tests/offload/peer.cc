@@ -978,6 +978,19 @@ struct Tester {
         verify(b.data(), n);
     }
     void note(const std::string &k, long long v) { extra += " " + k + "=" + std::to_string(v); }
+    // 1000 bytes to the helper, then its ack: the connection is settled (on RDMA, both
+    // ends past their switch) before a scenario ends it.
+    bool settle()
+    {
+        give_data(1000);
+        cmd('a');
+        uint8_t a = 0;
+        if (!read_full(fd, &a, 1, c) || a != 'A') {
+            fail("no ack");
+            return false;
+        }
+        return true;
+    }
     // Finish: half-close, read the rest (must be EOF).
     void finish()
     {
@@ -1464,11 +1477,8 @@ void scenario(int fd, Counts &c, std::string &extra)
             return t.fail("read with data and SO_RCVTIMEO: %zd (%s)", r, strerror(errno));
         t.verify(b, 100);
     } else if (s == "linger0") {
-        t.give_data(1000);
-        t.cmd('a');
-        uint8_t a = 0;
-        if (!read_full(fd, &a, 1, c) || a != 'A')
-            return t.fail("no ack");
+        if (!t.settle())
+            return;
         t.cmd('l');
         long long t0 = now_us();
         uint8_t b[16];
@@ -1485,14 +1495,12 @@ void scenario(int fd, Counts &c, std::string &extra)
             return t.fail("send after a reset: %zd (%s), want EPIPE", r, strerror(e));
         c.eof = 1;
         return;  // no finish(): the connection is gone
-    } else if (s == "sigkill_write" || s == "sigkill_epoll") {
-        // As sigkill, the survivor blocked in write() on a full ring (the helper reads
-        // nothing more), or in epoll_wait(): EPIPE or ECONNRESET, an error event.
-        t.give_data(1000);
-        t.cmd('a');
-        uint8_t a = 0;
-        if (!read_full(fd, &a, 1, c) || a != 'A')
-            return t.fail("no ack");
+    } else if (s == "sigkill" || s == "sigkill_write" || s == "sigkill_epoll") {
+        // The helper is killed while we are blocked: in read() (sigkill), in write() on a
+        // full ring, the helper reading nothing more (sigkill_write), or in epoll_wait()
+        // (sigkill_epoll).  ECONNRESET (EPIPE for a write), an error event.
+        if (!t.settle())
+            return;
         t.cmd('k');
         int ep = -1;
         if (s == "sigkill_epoll") {
@@ -1504,26 +1512,10 @@ void scenario(int fd, Counts &c, std::string &extra)
         }
         out_line("blocked");
         long long t0 = now_us();
-        ssize_t r = 0;
-        int e = 0;
-        if (ep >= 0) {
-            epoll_event ev{};
-            int n = epoll_wait(ep, &ev, 1, 20000);
-            t.note("epoll_returned_after_ms", (now_us() - t0) / 1000);
-            close(ep);
-            if (n != 1 || !(ev.events & (EPOLLERR | EPOLLHUP)))
-                return t.fail("epoll_wait after the peer was killed: %d, events 0x%x, want an error event", n,
-                              n == 1 ? ev.events : 0u);
-            uint8_t b[16];
-            r = read(fd, b, sizeof b);
-            e = errno;
-            extra += std::string(" read_result=") + (r < 0 ? strerrorname_np(e) : r == 0 ? "EOF" : "data");
-            if (!(r < 0 && e == ECONNRESET))
-                return t.fail("read after the error event: %zd (%s), want ECONNRESET", r,
-                              r < 0 ? strerror(e) : (r == 0 ? "EOF" : "data"));
-        } else {
+        if (s == "sigkill_write") {
             std::vector<uint8_t> b(65536);
             uint64_t total = 0;
+            ssize_t r;
             for (;;) {
                 r = send(fd, b.data(), b.size(), MSG_NOSIGNAL);
                 if (r < 0 && errno == EINTR)
@@ -1535,29 +1527,30 @@ void scenario(int fd, Counts &c, std::string &extra)
                 if (total > (1ull << 30))
                     return t.fail("1 GiB written to a peer that reads nothing");
             }
-            e = errno;
+            const int e = errno;
             t.note("write_returned_after_ms", (now_us() - t0) / 1000);
             t.note("written_before_error", static_cast<long long>(total));
             extra += std::string(" write_result=") + (r < 0 ? strerrorname_np(e) : "0");
             if (!(r < 0 && (e == EPIPE || e == ECONNRESET)))
                 return t.fail("write after the peer was killed: %zd (%s), want EPIPE or ECONNRESET", r,
                               r < 0 ? strerror(e) : "0");
+            c.eof = 1;
+            return;
         }
-        c.eof = 1;
-        return;
-    } else if (s == "sigkill") {
-        t.give_data(1000);
-        t.cmd('a');
-        uint8_t a = 0;
-        if (!read_full(fd, &a, 1, c) || a != 'A')
-            return t.fail("no ack");
-        t.cmd('k');
-        out_line("blocked");
-        long long t0 = now_us();
+        if (ep >= 0) {
+            epoll_event ev{};
+            int n = epoll_wait(ep, &ev, 1, 20000);
+            t.note("epoll_returned_after_ms", (now_us() - t0) / 1000);
+            close(ep);
+            if (n != 1 || !(ev.events & (EPOLLERR | EPOLLHUP)))
+                return t.fail("epoll_wait after the peer was killed: %d, events 0x%x, want an error event", n,
+                              n == 1 ? ev.events : 0u);
+        }
         uint8_t b[16];
         ssize_t r = read(fd, b, sizeof b);
         int e = errno;
-        t.note("read_returned_after_ms", (now_us() - t0) / 1000);
+        if (ep < 0)
+            t.note("read_returned_after_ms", (now_us() - t0) / 1000);
         extra += std::string(" read_result=") + (r < 0 ? strerrorname_np(e) : r == 0 ? "EOF" : "data");
         if (!(r < 0 && e == ECONNRESET))
             return t.fail("read after the peer was killed: %zd (%s), want ECONNRESET", r,
