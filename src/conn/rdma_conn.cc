@@ -3,6 +3,7 @@
 #include "conn/rdma_conn.hh"
 
 #include <poll.h>
+#include <sys/stat.h>
 
 #include "base/log.hh"
 #include "base/real.hh"
@@ -84,9 +85,19 @@ void Conn::before_fork() noexcept
 
 bool Conn::continue_on(int keep) noexcept
 {
+    int from = -1;
+    if (!continue_on_locked(keep, from))
+        return false;
+    up_.move_tcp_watch(*this, from, keep);
+    return true;
+}
+
+bool Conn::continue_on_locked(int keep, int &from) noexcept
+{
     std::lock_guard<std::mutex> lk(mu_);
     if (closed_)
         return false;
+    from = tcp_fd_;
     if (sw_.phase() == Phase::maybe) {
         // Before the switch (the default mode's first moments): the calls still blocked
         // go on over TCP, on the library's duplicate, as the kernel's go on with the
@@ -109,15 +120,28 @@ bool Conn::continue_on(int keep) noexcept
 
 void Conn::renumber(int from, int to) noexcept
 {
+    up_.move_tcp_watch(*this, from, to);  // (before the lock: the engine's comes first)
     std::lock_guard<std::mutex> lk(mu_);
     if (!closed_ && tcp_fd_ == from)
         tcp_fd_ = to;
+}
+
+bool Conn::tcp_out_watched() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    return sw_.frame_out_watched();
 }
 
 void Conn::mark_closed() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
     closed_ = true;
+    // The number may be reused at once (by a connection of its own, whose epoll
+    // registrations and bytes an act by number would take): no call through it again.
+    if (tcp_fd_ >= 0) {
+        closed_number_ = tcp_fd_;
+        tcp_fd_ = -1;
+    }
     sw_.leave_pending();
     release_shadows_locked();
 }
@@ -185,13 +209,13 @@ void Conn::after_fork_child() noexcept
 
 /* ---- close ------------------------------------------------------------------------------ */
 
-void Conn::close_connection(bool abortive) noexcept
+bool Conn::close_connection(bool abortive, int linger_s) noexcept
 {
     // A fork child's copy of a connection with RDMA bound is the parent's: nothing to
     // send or wait for here (a child that closes every descriptor waited for the
     // parent's SWITCH up to the probe timeout per connection being verified).
     if (parent_copy_.load(std::memory_order_acquire))
-        return;
+        return false;
     std::unique_lock<std::mutex> lk(mu_);
     if (side_ == Side::client && sw_.phase() == Phase::maybe && !closed_) {
         // A negotiating client stays on TCP (closed_early): its queue pair stops, and a
@@ -210,7 +234,7 @@ void Conn::close_connection(bool abortive) noexcept
             RS_REAL(poll)(&pf, 1, 10);
             lk.lock();
         }
-        return;
+        return false;
     }
     if (side_ == Side::server && !closed_)
         finish_proof_locked(lk);  // (the client switches only once it has it)
@@ -234,49 +258,33 @@ void Conn::close_connection(bool abortive) noexcept
         }
     }
     if (sw_.phase() != Phase::rdma)
-        return;
+        return false;
     poll_cq_locked();
     strip_proof_locked();
     RingPath::Status &st = ring_.st;
     if (st.broken())
-        return;
+        return false;
     if (abortive) {
         ring_.post_ctrl(neg::Imm::reset, 0);
-        return;
+        return false;
     }
     if (ring_.data_msgs() > 0)
         RS_DEBUG("connection fd=%d: %llu writes went out in %llu data messages", tcp_fd_,
                  static_cast<unsigned long long>(ring_.writes()), static_cast<unsigned long long>(ring_.data_msgs()));
-    if (ring_.flush() != 0)  // every byte before the FIN
-        return;
-    // FIN "closed" (after a FIN of shutdown(), a second one): the peer learns that this
-    // side reads nothing more; signalled, so its completion tells that every byte
-    // before it has arrived.
-    link_.signal_next();
-    if (ring_.post_ctrl(neg::Imm::fin, neg::kFinClosed) != 0)
-        return;
-    st.fin_sent = true;
-    st.shut_wr = true;
-    // Every byte written must reach the peer before the TCP connection closes: wait
-    // (bounded) until the FIN, the last request, has completed.
-    const uint64_t last = link_.posted();
-    auto deadline = Clock::now() + std::chrono::milliseconds(rt::config().linger_ms);
-    while (link_.completed() < last && !st.broken()) {
-        poll_cq_locked();
-        if (link_.completed() >= last)
-            break;
+    // Every byte before the FIN; the FIN "closed" (after a FIN of shutdown(), a second
+    // one) tells the peer that this side reads nothing more.  Its completion tells that
+    // every byte before it has arrived: the TCP connection closes only then.
+    bool done = drain_locked();
+    const auto deadline = Clock::now() + std::chrono::milliseconds(rt::config().linger_ms);
+    // SO_LINGER with a time: the kernel's close() waits that long for the bytes to go.
+    // Otherwise a few milliseconds, the time a peer that takes them acknowledges in.
+    const auto linger_until = Clock::now() + (linger_s > 0 ? std::chrono::milliseconds(linger_s * 1000LL)
+                                                           : std::chrono::milliseconds(kCloseWaitMs));
+    while (!done && Clock::now() < linger_until) {
         link_.arm();
-        poll_cq_locked();
-        if (link_.completed() >= last)
+        if ((done = drain_locked()))
             break;
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-        if (left <= 0)
-            break;
-        // A peer that has sent its FIN and closed its TCP connection is gone (or going):
-        // its queue pair may no longer answer, and it reads nothing more.
-        pollfd t{tcp_fd_, POLLRDHUP, 0};
-        if (st.peer_fin && RS_REAL(poll)(&t, 1, 0) > 0 && (t.revents & (POLLRDHUP | POLLHUP | POLLERR)))
-            break;
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(linger_until - Clock::now()).count();
         lk.unlock();
         pollfd p{comp_fd(), POLLIN, 0};
         RS_REAL(poll)(&p, 1, static_cast<int>(left < 50 ? left : 50));
@@ -300,6 +308,101 @@ void Conn::close_connection(bool abortive) noexcept
         link_.arm();
         poll_cq_locked();
     }
+    return !done;
+}
+
+namespace {
+// The duplicates the progress thread holds (fd + 1; 0 is free), for a fork child to
+// close (Conn::drop_drains_in_child).  Beyond 256 at once, one is not closed there.
+std::atomic<int> g_drain_slots[256];
+}  // namespace
+
+bool Conn::drain_locked() noexcept
+{
+    RingPath::Status &st = ring_.st;
+    poll_cq_locked();
+    if (st.broken())
+        return true;
+    if (!close_fin_posted_) {
+        if (!link_.send_room())
+            return false;  // (requests waiting for the peer's receives)
+        if (ring_.flush() != 0)
+            return true;
+        if (!link_.send_room())
+            return false;
+        link_.signal_next();
+        if (ring_.post_ctrl(neg::Imm::fin, neg::kFinClosed) != 0)
+            return true;
+        st.fin_sent = true;
+        st.shut_wr = true;
+        close_fin_posted_ = true;
+        close_fin_wr_ = link_.posted();
+        poll_cq_locked();
+    }
+    return link_.completed() >= close_fin_wr_;
+}
+
+void Conn::start_drain(int tcp) noexcept
+{
+    for (auto &slot : g_drain_slots) {
+        int v = 0;
+        if (slot.compare_exchange_strong(v, tcp + 1))
+            break;
+    }
+    struct stat st{};
+    ::fstat(tcp, &st);
+    std::lock_guard<std::mutex> lk(mu_);
+    drain_ino_ = st.st_ino;
+    drain_dev_ = st.st_dev;
+    drain_fd_ = tcp;
+    drain_until_ = Clock::now() + std::chrono::milliseconds(rt::config().linger_ms);
+}
+
+bool Conn::draining(Clock::time_point now, int &to_close) noexcept
+{
+    std::unique_lock<std::mutex> lk(mu_);
+    if (drain_fd_ < 0)
+        return false;
+    link_.ack_events();
+    bool done = drain_locked();
+    if (!done) {
+        // A peer that sent its FIN and ended its TCP connection is gone (or going): its
+        // queue pair may no longer answer, and it reads nothing more.  A reset, too.
+        pollfd t{drain_fd_, POLLRDHUP, 0};
+        const int r = RS_REAL(poll)(&t, 1, 0);
+        if (r > 0 && (t.revents & POLLNVAL))
+            done = true;  // (the program closed it: close_range(), closefrom())
+        else if (r > 0 && ((t.revents & POLLERR) || (ring_.st.peer_fin && (t.revents & (POLLRDHUP | POLLHUP)))))
+            done = true;
+        else if (now >= drain_until_)
+            done = true;
+    }
+    if (!done) {
+        link_.arm();
+        return true;
+    }
+    RS_DEBUG("connection fd=%d: closed earlier, its last messages %s", shown_fd(),
+             ring_.st.broken() ? "are lost: the connection broke"
+             : link_.completed() >= close_fin_wr_ && close_fin_posted_ ? "went out" : "are given up");
+    const int d = drain_fd_.exchange(-1);
+    for (auto &slot : g_drain_slots) {  // out of the table before the number is free
+        int v = d + 1;
+        if (slot.compare_exchange_strong(v, 0))
+            break;
+    }
+    // Still the socket it was made as (the program may have closed the number, and
+    // another file have it now): the caller closes it, outside the locks.
+    struct stat st{};
+    if (::fstat(d, &st) == 0 && st.st_ino == drain_ino_ && st.st_dev == drain_dev_)
+        to_close = d;
+    return false;
+}
+
+void Conn::drop_drains_in_child() noexcept
+{
+    for (auto &slot : g_drain_slots)
+        if (int v = slot.exchange(0); v > 0)
+            RS_REAL(close)(v - 1);
 }
 
 void Conn::destroy() noexcept { up_.retire(*this); }

@@ -145,7 +145,16 @@ public:
     // The Conn an rdma_cm id's context names (the engine sets it to the Conn).
     static Conn *of_cm_context(void *context) noexcept { return static_cast<Conn *>(context); }
     Side side() const noexcept { return side_; }
+    // The number the library's own calls use on the TCP socket: -1 once the program
+    // closed it (mark_closed), so a number reused by another file is never acted on.
     int tcp_fd() const noexcept { return tcp_fd_; }
+    // The number for messages: the program's, also once it is closed.
+    int shown_fd() const noexcept { return tcp_fd_ >= 0 ? tcp_fd_ : closed_number_; }
+    // The number the progress thread's epoll registration of the TCP socket was made
+    // under (-1: none), which deletes it (the engine's, under its lock).
+    int watched_as() const noexcept { return watched_as_.load(std::memory_order_acquire); }
+    void set_watched_as(int fd) noexcept { watched_as_.store(fd, std::memory_order_release); }
+    bool tcp_out_watched() noexcept;
     void set_socket(Socket *s) noexcept { sock_ = s; }
     Socket *socket() const noexcept { return sock_; }
     // In a fork child: an accepted connection nobody had read when the parent forked,
@@ -218,8 +227,27 @@ public:
     // FIONREAD / SIOCINQ and SIOCOUTQ.
     int bytes_readable() noexcept override;
     int bytes_unacked() noexcept override;
-    // close(): orderly (FIN, bounded wait for it to be sent) or abortive (RESET).
-    void close_connection(bool abortive) noexcept;
+    // close(): orderly (FIN) or abortive (RESET).  As the kernel's close() returns
+    // before the last bytes are acknowledged, the orderly one waits only with SO_LINGER
+    // set (linger_s > 0, up to that long): true when the last bytes or the FIN are
+    // still to go out or be acknowledged (the peer has stopped taking them), which the
+    // progress thread then finishes (start_drain).
+    bool close_connection(bool abortive, int linger_s = 0) noexcept;
+    // Closed with its last messages still to go (close_connection returned true):
+    // `tcp` is the library's duplicate of the TCP socket, closed once they went.
+    void start_drain(int tcp) noexcept;
+    // The progress thread, for a closed connection: true while its last messages are
+    // still going out (the peer's queue pair still takes none: a stopped process).
+    // Gives up once the connection breaks, the peer's TCP connection ends, or after
+    // RDMASOCK_LINGER_MS (as long as close() waited before); then sets to_close to the
+    // duplicate (unless the program closed that number meanwhile), for the caller to
+    // close once it holds no lock (a close with SO_LINGER may block).
+    bool draining(std::chrono::steady_clock::time_point now, int &to_close) noexcept;
+    bool drain_pending() const noexcept { return drain_fd_.load(std::memory_order_acquire) >= 0; }
+    // In a fork child: the copies of the duplicates go (held, they would keep the TCP
+    // connections open after the parent's drains).  Lock-free, from a table of them.
+    static void drop_drains_in_child() noexcept;
+    static constexpr int kCloseWaitMs = 5;
 
     // --- readiness ----------------------------------------------------------------------
     int rd_fd() const noexcept { return sh_.rd_fd(); }
@@ -372,7 +400,10 @@ private:
 
     const Side side_;
     Upcalls &up_;
+    bool continue_on_locked(int keep, int &from) noexcept;  // (takes mu_)
     int tcp_fd_;  // the program's number; continue_on() may move it to the library's duplicate
+    int closed_number_ = -1;  // what tcp_fd_ was before mark_closed() cleared it
+    std::atomic<int> watched_as_{-1};
     bool handed_off_ = false;  // continue_on() did: the program's number is closed
     // The number a call of the program uses on the TCP socket: its own (a duplicate the
     // library does not track may be in use, and tcp_fd_ may move under it), but the
@@ -421,6 +452,16 @@ private:
         uint64_t arrived_seen = 0;
     } tcp_;
     bool closed_ = false;  // the TCP fd is closed (its number may be reused)
+    // close(): the FIN "closed" is posted (close_fin_wr_: its request's number), and
+    // the duplicate of the TCP socket the progress thread holds until it has completed.
+    bool close_fin_posted_ = false;
+    uint64_t close_fin_wr_ = 0;
+    std::atomic<int> drain_fd_{-1};
+    uint64_t drain_ino_ = 0, drain_dev_ = 0;  // the socket it is (fstat)
+    Clock::time_point drain_until_{};
+    // The staged bytes, then the FIN "closed", as far as the send queue takes them now:
+    // true once the FIN has completed or the connection broke.
+    bool drain_locked() noexcept;
     // The queue pair and queues are made and the receives posted: a call of the program
     // may poll the completion queue (a client's before its switch: the PROOF_AT).
     bool cq_ready_ = false;

@@ -21,6 +21,9 @@ public:
     virtual void set_comp_watch(Conn &c, bool on) noexcept = 0;
     // The progress thread also watches (on) `c`'s TCP socket for POLLOUT.
     virtual void watch_tcp_out(Conn &c, bool on) noexcept = 0;
+    // `c`'s calls move from number `from` to `to` (both open now, `from` about to
+    // close): the progress thread's watch of the TCP socket moves with them.
+    virtual void move_tcp_watch(Conn &c, int from, int to) noexcept = 0;
     // `c` (the program's `fd`) switched to RDMA: its readiness moves to its eventfds.
     virtual void switched_to_rdma(int fd, Conn &c) noexcept = 0;
     // `fd` decided on TCP: its readiness stays with the kernel.

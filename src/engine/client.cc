@@ -57,15 +57,15 @@ void Engine::finish_client(Conn *c, Reason r, std::shared_ptr<rdma::CmId> &drop)
     if (n.watched && !n.orphaned && r != Reason::none)
         unwatch_tcp(*n.conn);
     if (r == Reason::none) {
-        RS_DEBUG("negotiation fd=%d: route %ld us, resources %ld us, connect %ld us", n.conn->tcp_fd(), n.t_route,
+        RS_DEBUG("negotiation fd=%d: route %ld us, resources %ld us, connect %ld us", n.conn->shown_fd(), n.t_route,
                  n.t_res - n.t_route, us_since(n.t0) - n.t_res);
         return;
     }
     if (n.connecting)
-        RS_DEBUG("negotiation fd=%d: route %ld us, resources %ld us, no answer after %ld us: %s", n.conn->tcp_fd(),
+        RS_DEBUG("negotiation fd=%d: route %ld us, resources %ld us, no answer after %ld us: %s", n.conn->shown_fd(),
                  n.t_route, n.t_res - n.t_route, us_since(n.t0) - n.t_res, reason_code(r));
     else
-        RS_DEBUG("negotiation fd=%d: %s after %ld us", n.conn->tcp_fd(), reason_code(r), us_since(n.t0));
+        RS_DEBUG("negotiation fd=%d: %s after %ld us", n.conn->shown_fd(), reason_code(r), us_since(n.t0));
     if (!n.orphaned)
         n.conn->client_failed(r);
     // The id (the conn's reference included) is destroyed once the event is
@@ -202,7 +202,7 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
         if (r == Reason::none && Clock::now() > n.t_connect + switch_window() - switch_margin()) {
             peers.remember(reinterpret_cast<sockaddr *>(&n.peer), Reason::none);  // it runs rdmasock
             RS_DEBUG("negotiation fd=%d: the answer was handled %ld us after the request: too late to switch",
-                     c->tcp_fd(), static_cast<long>(std::chrono::duration_cast<std::chrono::microseconds>(
+                     c->shown_fd(), static_cast<long>(std::chrono::duration_cast<std::chrono::microseconds>(
                                       Clock::now() - n.t_connect).count()));
             r = Reason::timeout;
         }
@@ -217,7 +217,7 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
         break;
     }
     default:
-        RS_DEBUG("negotiation fd=%d: %s (status %d)", c->tcp_fd(), rdma_event_str(ev->event), ev->status);
+        RS_DEBUG("negotiation fd=%d: %s (status %d)", c->shown_fd(), rdma_event_str(ev->event), ev->status);
         if (ev->event == RDMA_CM_EVENT_REJECTED && !n.redirected && !n.orphaned && ev->param.conn.private_data) {
             // The port's holder sends us on to the process that accepted the connection.
             const uint16_t port = neg::decode_redirect(ev->param.conn.private_data, ev->param.conn.private_data_len);
@@ -272,7 +272,7 @@ Reason Engine::redirect_client(ClientNeg &n, uint16_t port, std::shared_ptr<rdma
     drop = std::move(n.id);
     n.id = std::move(id);
     n.deadline = Clock::now() + (n.wait ? answer_window() : switch_window());
-    RS_DEBUG("negotiation fd=%d: sent on to port %u (the process that accepted the connection)", n.conn->tcp_fd(),
+    RS_DEBUG("negotiation fd=%d: sent on to port %u (the process that accepted the connection)", n.conn->shown_fd(),
              port);
     return Reason::none;
 }

@@ -30,6 +30,7 @@ void release_rdma(Conn &c) noexcept;
 void retire(Conn &c) noexcept;
 void set_comp_watch(Conn &c, bool on) noexcept;
 void watch_tcp_out(Conn &c, bool on) noexcept;
+void move_tcp_watch(Conn &c, int from, int to) noexcept;
 // The Upcalls every Conn the engine makes is given.
 Upcalls &upcalls() noexcept;
 
@@ -146,6 +147,8 @@ public:
     Peers peers;  // what probes learnt of the peers
     std::vector<std::pair<std::shared_ptr<Conn>, Clock::time_point>> graveyard;
     std::vector<Conn *> retiring;
+    // Closed connections whose last messages are still going out (Conn::draining).
+    std::vector<std::shared_ptr<Conn>> drains;
     // Requests claimed by an accept(): accepted by the progress thread, so accept()
     // itself never waits for queue pairs and rings to be created.
     std::vector<std::pair<std::shared_ptr<Conn>, Parked>> claimed;

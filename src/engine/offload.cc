@@ -57,6 +57,7 @@ public:
     void retire(Conn &c) noexcept override { offload::retire(c); }
     void set_comp_watch(Conn &c, bool on) noexcept override { offload::set_comp_watch(c, on); }
     void watch_tcp_out(Conn &c, bool on) noexcept override { offload::watch_tcp_out(c, on); }
+    void move_tcp_watch(Conn &c, int from, int to) noexcept override { offload::move_tcp_watch(c, from, to); }
     void switched_to_rdma(int fd, Conn &c) noexcept override { readiness::on_switch_to_rdma(fd, c); }
     void decided_tcp(int fd) noexcept override { readiness::on_decided_tcp(fd); }
 };
@@ -299,7 +300,9 @@ void Engine::watch(Conn &c) noexcept
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLET;
     ev.data.u64 = reinterpret_cast<uint64_t>(&c) | kTcp;
-    RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, c.tcp_fd(), &ev);
+    const int fd = c.tcp_fd();
+    if (fd >= 0 && RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_ADD, fd, &ev) == 0)
+        c.set_watched_as(fd);
 }
 
 void Engine::unwatch(Conn &c) noexcept
@@ -310,7 +313,11 @@ void Engine::unwatch(Conn &c) noexcept
 
 void Engine::unwatch_tcp(Conn &c) noexcept
 {
-    RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_DEL, c.tcp_fd(), nullptr);
+    // (By the number it was registered under: the connection's may have moved since.)
+    const int fd = c.watched_as();
+    if (fd >= 0)
+        RS_REAL(epoll_ctl)(ep_, EPOLL_CTL_DEL, fd, nullptr);
+    c.set_watched_as(-1);
 }
 
 void Engine::watch_comp(Conn &c) noexcept
@@ -372,7 +379,8 @@ int Engine::timers() noexcept
 {
     auto now = Clock::now();
     Clock::time_point next = Clock::time_point::max();
-    std::vector<std::shared_ptr<Conn>> drop;
+    std::vector<std::shared_ptr<Conn>> drop, drained;
+    std::vector<int> drained_fds;
     std::vector<std::shared_ptr<rdma::CmId>> expired;
     {
         std::lock_guard<std::mutex> lk(mu);
@@ -389,8 +397,22 @@ int Engine::timers() noexcept
             conns.erase(it);
         }
         retiring.clear();
+        for (auto it = drains.begin(); it != drains.end();) {
+            int d = -1;
+            if ((*it)->draining(now, d)) {
+                next = std::min(next, now + Ms(10));
+                ++it;
+            } else {
+                if (d >= 0)
+                    drained_fds.push_back(d);
+                drained.push_back(std::move(*it));
+                it = drains.erase(it);
+            }
+        }
         for (auto it = graveyard.begin(); it != graveyard.end();) {
-            if (it->first->peer_finished() || now >= it->second) {
+            if (it->first->drain_pending()) {
+                ++it;  // (the drains' timer looks again)
+            } else if (it->first->peer_finished() || now >= it->second) {
                 unwatch_comp(*it->first);
                 drop.push_back(std::move(it->first));
                 it = graveyard.erase(it);
@@ -475,6 +497,9 @@ int Engine::timers() noexcept
         if (c->cm_id())
             rdma_disconnect(c->cm_id()->get());
     drop.clear();
+    for (int d : drained_fds)
+        RS_REAL(close)(d);
+    drained.clear();
     expired.clear();
     if (next == Clock::time_point::max())
         return -1;
@@ -692,7 +717,7 @@ void Engine::handle(rdma_cm_event *ev) noexcept
             if (mit != maybe.end() && mit->second->phase() == Conn::Phase::maybe &&
                 mit->second->interested()) {
                 RS_DEBUG("RDMA request from port %u: its connection is being read (fd=%d)",
-                         h.client_port, mit->second->tcp_fd());
+                         h.client_port, mit->second->shown_fd());
                 auto conn = mit->second;
                 keys.erase(conn.get());
                 maybe.erase(mit);
@@ -709,7 +734,7 @@ void Engine::handle(rdma_cm_event *ev) noexcept
                 // accept: the client was slow, e.g. setting up many connections at once)
                 // and is on TCP: too late.  Both ends say so (timeout), at once.
                 RS_DEBUG("RDMA request from port %u: its connection (fd=%d) is on TCP already: declined",
-                         h.client_port, mit->second->tcp_fd());
+                         h.client_port, mit->second->shown_fd());
                 mit->second->note_late_request();
                 reject(id, Reason::timeout);
                 drop_after_ack = std::move(owned);
@@ -1145,6 +1170,33 @@ void drop_listener(Socket &s) noexcept
     s.listener.reset();
 }
 
+// close() of a connection on RDMA (or about to be): its FIN or RESET, per SO_LINGER.
+// Last messages the peer does not take yet (a stopped process) are left to the progress
+// thread, with a duplicate of the TCP socket that keeps the TCP connection open until
+// they went (the peer counts a TCP end with no FIN as a reset).
+void close_orderly(int fd, Conn &c) noexcept
+{
+    linger lg{};
+    socklen_t len = sizeof lg;
+    const bool set = RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 && lg.l_onoff;
+    if (c.drain_pending())
+        return;  // (at exit: another number of the same socket)
+    if (!c.close_connection(set && lg.l_linger == 0, set ? lg.l_linger : 0) || g_engine == nullptr)
+        return;
+    std::shared_ptr<Conn> self = c.self();
+    int d = util::dup_high(fd);
+    if (d < 0 || !self) {
+        if (d >= 0)
+            RS_REAL(close)(d);
+        return;
+    }
+    self->start_drain(d);
+    RS_DEBUG("connection fd=%d: closed with its last messages still to go (the peer takes none now)", fd);
+    std::lock_guard<std::mutex> lk(g_engine->mu);
+    g_engine->drains.push_back(std::move(self));
+    g_engine->wake();
+}
+
 void on_close(int fd, Socket &s) noexcept
 {
     drop_listener(s);
@@ -1188,20 +1240,21 @@ void on_close(int fd, Socket &s) noexcept
     // a negotiating client takes a PROOF out of the stream.
     if (c->phase() == Conn::Phase::rdma || c->phase() == Conn::Phase::verifying ||
         (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe)) {
-        linger lg{};
-        socklen_t len = sizeof lg;
-        bool abortive = RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 &&
-                        lg.l_onoff && lg.l_linger == 0;
-        c->close_connection(abortive);
+        close_orderly(fd, *c);
     }
     if (g_engine != nullptr && c->side() == Conn::Side::server)
         forget_undecided(g_engine, *c);
     c->note_closing();  // a server still undecided: no request came (or one was declined)
-    // From here on the fd number may be reused: nothing may touch it through `c`.
-    c->mark_closed();
+    // From here on the fd number may be reused: nothing may touch it through `c`.  Both
+    // under the engine's lock, so the progress thread's accept of a request claimed
+    // meanwhile (accept_request) either ran before, and its registration goes here, or
+    // finds the connection closed, never registering the number's next file.
     if (g_engine != nullptr) {
         std::lock_guard<std::mutex> lk(g_engine->mu);
         g_engine->unwatch_tcp(*c);
+        c->mark_closed();
+    } else {
+        c->mark_closed();
     }
 }
 
@@ -1231,12 +1284,20 @@ void at_exit() noexcept
         auto *c = Conn::of(s->transport);
         if (c->phase() != Conn::Phase::rdma)
             return;
-        linger lg{};
-        socklen_t len = sizeof lg;
-        bool abortive = RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 &&
-                        lg.l_onoff && lg.l_linger == 0;
-        c->close_connection(abortive);
+        close_orderly(fd, *c);
     });
+    // The progress thread sends what the closed connections still have to send (a
+    // stopped peer's): the process waits for it, in the same bounds (Conn::draining).
+    const auto until = Clock::now() + Ms(rt::config().linger_ms);
+    while (g_engine->running()) {
+        {
+            std::lock_guard<std::mutex> lk(g_engine->mu);
+            if (g_engine->drains.empty() || Clock::now() >= until)
+                break;
+            g_engine->wake();
+        }
+        usleep(10000);
+    }
 }
 
 void release_rdma(Conn &c) noexcept
@@ -1271,6 +1332,7 @@ void after_fork_child() noexcept
     // connection that may be offloaded starts an engine of this process's own, on a
     // fresh copy of rdma-core (rdma/dl.hh).
     if (g_engine != nullptr) {
+        Conn::drop_drains_in_child();
         g_engine->close_inherited();
         g_engine = nullptr;  // leaked on purpose: its members refer to the parent's resources
     }
@@ -1296,10 +1358,31 @@ void watch_tcp_out(Conn &c, bool on) noexcept
     Engine *e = g_engine;
     if (e == nullptr || !e->running())
         return;
+    const int fd = c.watched_as();
+    if (fd < 0)
+        return;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLET | (on ? EPOLLOUT : 0u);
     ev.data.u64 = reinterpret_cast<uint64_t>(&c) | kTcp;
-    RS_REAL(epoll_ctl)(e->ep(), EPOLL_CTL_MOD, c.tcp_fd(), &ev);
+    RS_REAL(epoll_ctl)(e->ep(), EPOLL_CTL_MOD, fd, &ev);
+}
+
+void move_tcp_watch(Conn &c, int from, int to) noexcept
+{
+    Engine *e = g_engine;
+    if (e == nullptr || !e->running())
+        return;
+    std::lock_guard<std::mutex> lk(e->mu);
+    if (c.watched_as() != from)
+        return;
+    // The registration belongs to the number it was made with: deleted while `from`
+    // still names the socket, made again under `to` (else it would outlive the
+    // program's close, reporting to `c` for as long as the socket lives).
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLET | (c.tcp_out_watched() ? EPOLLOUT : 0u);
+    ev.data.u64 = reinterpret_cast<uint64_t>(&c) | kTcp;
+    RS_REAL(epoll_ctl)(e->ep(), EPOLL_CTL_DEL, from, nullptr);
+    c.set_watched_as(RS_REAL(epoll_ctl)(e->ep(), EPOLL_CTL_ADD, to, &ev) == 0 ? to : -1);
 }
 
 void clear_cache() noexcept

@@ -668,9 +668,17 @@ void on_close_range(unsigned first, unsigned last) noexcept
     }
     // Registrations of closed sockets: the kernel drops one when the socket's last
     // descriptor goes; a fork child's close leaves its parent's (the parent holds it).
+    // One on the socket itself is deleted here too when this is its last number: the
+    // library may hold a duplicate of it a while (a closed connection's last bytes),
+    // which would keep the registration reporting, under a number since reused.
     for (auto &kv : all) {
         auto &regs = kv.second.regs;
         for (auto it = regs.lower_bound(lo); it != regs.end() && it->first <= hi;) {
+            if (!it->second.on_shadows && !it->second.inherited) {
+                SocketRef s = fdt::get(it->first);
+                if (conn_of(s) != nullptr && s->fds() == 1)
+                    RS_REAL(epoll_ctl)(kv.first, EPOLL_CTL_DEL, it->first, nullptr);
+            }
             del_shadows(kv.first, kv.second, it->second, !it->second.inherited);
             it = regs.erase(it);
         }

@@ -1813,6 +1813,49 @@ void semantics_sigkill(bool killed_is_client, const std::string &scenario = "sig
     }
 }
 
+// The helper stops itself (SIGSTOP) and the tester writes until the connection takes no
+// more (1 KiB writes: on RDMA, more messages than the stopped side has receives posted),
+// then closes.  As on the kernel's TCP: close() returns at once, and the helper,
+// continued 1 s later, reads every byte, then EOF.  (The library tries for
+// RDMASOCK_LINGER_MS, 2 s, where the kernel's TCP tries for minutes.)
+// (The tester's exit waits for the last bytes to go: rdmasock(7), close.)
+void semantics_stopped_close()
+{
+    const std::string name = "semantics/stopped_close";
+    Side s, c;
+    c.args = {"--scenario", "stopped_close"};
+    s.args = {"--helper", "--conns", "1"};
+    Pair pr = run_pair(name, s, c, 60000, [&](Proc &sp, Proc &cp, Pair &) {
+        bool ready = false;
+        double deadline = now_ms() + 30000;
+        while (now_ms() < deadline && !ready && !sp.exited())
+            ready = sp.read_line(100) == "ready";
+        BOOST_CHECK_MESSAGE(ready, name << ": the helper never got ready");
+        bool closed = false;
+        while (now_ms() < deadline && !closed && !cp.exited())
+            closed = cp.read_line(100).rfind("conn=", 0) == 0;
+        BOOST_CHECK_MESSAGE(closed, name << ": the tester did not close while the helper was stopped");
+        usleep(1000000);
+        sp.signal(SIGCONT);
+    });
+    expect_clean_exit(pr.client, name);
+    expect_clean_exit(pr.server, name);
+    const Fields *t = pr.client.conn(0);
+    const Fields *h = pr.server.conn(0);
+    BOOST_REQUIRE_MESSAGE(t && h, name << ": a connection line is missing\n" << pr.client.describe() << pr.server.describe());
+    BOOST_CHECK_MESSAGE(field(*t, "transport") == "rdma", name << ": the tester's connection is not on RDMA");
+    const long long wrote = std::atoll(field(*t, "sent_while_stopped").c_str());
+    const long long close_us = std::atoll(field(*t, "close_us").c_str());
+    note(name + ": " + std::to_string(wrote) + " bytes written to the stopped peer; close() took " +
+         std::to_string(close_us / 1000) + " ms; after SIGCONT the peer read " + field(*h, "after_stop") +
+         " bytes, eof=" + field(*h, "eof"));
+    BOOST_CHECK_MESSAGE(wrote > 0, name << ": nothing was written");
+    BOOST_CHECK_MESSAGE(field(*h, "received") == field(*t, "sent"),
+                        name << ": the helper received " << field(*h, "received") << " bytes, the tester sent " << field(*t, "sent"));
+    BOOST_CHECK_MESSAGE(field(*h, "eof") == "1", name << ": the helper saw no EOF after the bytes");
+    BOOST_CHECK_MESSAGE(close_us < 100000, name << ": close() took " << close_us / 1000 << " ms (the kernel's returns at once)");
+}
+
 // ---- 4. real programs ----------------------------------------------------------------------
 
 struct ProgRun {
@@ -3282,6 +3325,7 @@ bool init_tests()
     for (std::string k : {"sigkill_write", "sigkill_epoll"})
         for (bool killed_client : {true, false})
             add(sem, k + (killed_client ? "_client" : "_server"), [k, killed_client] { semantics_sigkill(killed_client, k); });
+    add(sem, "stopped_close", semantics_stopped_close);
     master.add(sem);
 
     // The same scenarios in the default mode (issue 17: users get the asynchronous switch).

@@ -774,6 +774,8 @@ void stream(int fd, const Entry &e, Counts &c, std::string &extra)
 //   R L   sleep 1 s, then read and verify L bytes          a     send the 1-byte ack 'A'
 //   w     shutdown(SHUT_WR)                                 l     SO_LINGER {1,0}, close, exit
 //   k     print "ready" and wait to be killed               (EOF) close and exit
+//   P     print "ready", stop (SIGSTOP) until continued, then read and verify the
+//         tester's bytes up to its EOF
 // The tester->helper data stream and the helper->tester stream each have their own
 // running offset (commands are not part of the pattern stream).
 
@@ -901,6 +903,35 @@ void helper_loop(int fd, Counts &c, std::string &extra)
             out_line("ready");
             for (;;)
                 pause();
+        case 'P': {
+            out_line("ready");
+            raise(SIGSTOP);
+            uint64_t got = 0;
+            for (;;) {
+                ssize_t r = read(fd, buf.data(), buf.size());
+                if (r < 0 && errno == EINTR)
+                    continue;
+                if (r < 0) {
+                    extra += std::string(" after_stop_errno=") + strerrorname_np(errno);
+                    break;
+                }
+                if (r == 0) {
+                    c.eof = 1;
+                    break;
+                }
+                long long bad = check(buf.data(), h.in_off, static_cast<size_t>(r), kSaltC2S);
+                if (bad >= 0) {
+                    errorf(kMismatch, "after the stop: mismatch at tester byte %" PRIu64,
+                           h.in_off + static_cast<uint64_t>(bad));
+                    break;
+                }
+                h.in_off += static_cast<uint64_t>(r);
+                got += static_cast<uint64_t>(r);
+                c.received += static_cast<uint64_t>(r);
+            }
+            extra += " after_stop=" + std::to_string(got);
+            return;
+        }
         default:
             errorf(kCallFailed, "helper: unknown command 0x%02x", cmd);
             return;
@@ -1476,6 +1507,33 @@ void scenario(int fd, Counts &c, std::string &extra)
         if (r != 100)
             return t.fail("read with data and SO_RCVTIMEO: %zd (%s)", r, strerror(errno));
         t.verify(b, 100);
+    } else if (s == "stopped_close") {
+        // The helper stops itself (SIGSTOP); we write until the connection takes no
+        // more, then close: close() returns at once, as the kernel's does (the bytes
+        // and the FIN go out later), and the helper, continued seconds later, gets
+        // every byte, then EOF.
+        t.cmd('P');
+        usleep(500000);
+        int fl = fcntl(fd, F_GETFL);
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        std::vector<uint8_t> b(1024);
+        uint64_t sent = 0;
+        while (sent < (16u << 20)) {
+            fill(b.data(), t.out_off, b.size(), kSaltC2S);
+            ssize_t r = send(fd, b.data(), b.size(), MSG_NOSIGNAL);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                break;
+            if (r <= 0)
+                return t.fail("write to a stopped peer: %zd (%s)", r, strerror(errno));
+            t.out_off += static_cast<uint64_t>(r);
+            c.sent += static_cast<uint64_t>(r);
+            sent += static_cast<uint64_t>(r);
+        }
+        fcntl(fd, F_SETFL, fl);
+        t.note("sent_while_stopped", static_cast<long long>(sent));
+        return;  // the caller closes (close_us)
     } else if (s == "linger0") {
         if (!t.settle())
             return;
