@@ -20,7 +20,7 @@ void Conn::poll_cq_locked() noexcept
     link_.poll([this](uint32_t imm) { take_imm_locked(imm); },
                [this](ibv_wc_status status) {
                    if (!ring_.st.failed && !ring_.st.reset && status != IBV_WC_WR_FLUSH_ERR)
-                       RS_DEBUG("connection fd=%d: completion error %s", tcp_fd_, ibv_wc_status_str(status));
+                       RS_DEBUG("connection fd=%d: completion error %s", tcp_fd(), ibv_wc_status_str(status));
                    if (!ring_.st.peer_fin)
                        ring_.st.failed = true;
                });
@@ -35,7 +35,7 @@ void Conn::poll_cq_locked() noexcept
         // completion queue once more.)
         client_fault_ = false;
         if (sw_.phase() == Phase::maybe) {
-            RS_DEBUG("connection fd=%d: the RDMA peer sent a message before the switch: TCP", tcp_fd_);
+            RS_DEBUG("connection fd=%d: the RDMA peer sent a message before the switch: TCP", tcp_fd());
             decide_tcp_locked(Reason::bad_message);
         }
     }
@@ -51,7 +51,7 @@ void Conn::take_imm_locked(uint32_t imm) noexcept
         // connection without being the TCP peer gets no further than that: the bytes at
         // that offset decide.
         if (f.kind == Kind::proof_at && sw_.accept_proof_at(f.value))
-            RS_DEBUG("connection fd=%d: PROOF_AT(%u) with %llu TCP bytes read", tcp_fd_, f.value,
+            RS_DEBUG("connection fd=%d: PROOF_AT(%u) with %llu TCP bytes read", tcp_fd(), f.value,
                      static_cast<unsigned long long>(sw_.tcp_read()));
         else
             client_fault_ = true;
@@ -89,7 +89,7 @@ void Conn::take_imm_locked(uint32_t imm) noexcept
                 fail("unexpected SWITCH");
             break;
         }
-        RS_DEBUG("connection fd=%d: SWITCH(%u) with %llu TCP bytes read", tcp_fd_, f.value,
+        RS_DEBUG("connection fd=%d: SWITCH(%u) with %llu TCP bytes read", tcp_fd(), f.value,
                  static_cast<unsigned long long>(sw_.tcp_read()));
         // No deadline from here: the bytes at offset n decide (the CONFIRM, or anything
         // else: TCP), and a third party cannot write into the stream.  Giving up before
@@ -147,7 +147,7 @@ void Conn::push_frame_locked() noexcept
     } else if (w < 0) {
         fail("cannot write the CONFIRM");
     } else if (proof) {
-        RS_DEBUG("connection fd=%d: PROOF written after %llu TCP bytes", tcp_fd_,
+        RS_DEBUG("connection fd=%d: PROOF written after %llu TCP bytes", tcp_fd(),
                  static_cast<unsigned long long>(sw_.tcp_sent()));
         release_shutdown_locked();  // (the program's FIN follows it)
     }
@@ -167,7 +167,7 @@ void Conn::refresh_watch() noexcept
 void Conn::fail(const char *why) noexcept
 {
     if (!ring_.st.broken())
-        RS_DEBUG("connection fd=%d reset: %s", tcp_fd_, why);
+        RS_DEBUG("connection fd=%d reset: %s", tcp_fd(), why);
     ring_.st.reset = true;
     update_shadows_locked(true);
 }

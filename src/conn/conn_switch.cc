@@ -60,13 +60,13 @@ int Conn::client_presw_locked() noexcept
             // are the stream's.
             sw_.end_proof();
             const Reason d = sw_.deferred_tcp();
-            RS_DEBUG("connection fd=%d: no PROOF at offset %llu: TCP", tcp_fd_,
+            RS_DEBUG("connection fd=%d: no PROOF at offset %llu: TCP", tcp_fd(),
                      static_cast<unsigned long long>(sw_.tcp_taken()));
             decide_tcp_locked(d != Reason::none ? d : t == -1 ? Reason::closed_early : Reason::unproved);
             return -1;
         }
         if (t > 0 && sw_.proof_taken())
-            RS_DEBUG("connection fd=%d: PROOF taken at offset %llu", tcp_fd_,
+            RS_DEBUG("connection fd=%d: PROOF taken at offset %llu", tcp_fd(),
                      static_cast<unsigned long long>(sw_.tcp_taken()));
     }
     if (sw_.deferred_tcp() != Reason::none) {
@@ -83,7 +83,7 @@ int Conn::client_presw_locked() noexcept
     if (sw_.established() && sw_.switch_too_late(Clock::now())) {
         // No PROOF_AT in time (timeout), or no PROOF where it said (unproved: the bytes
         // at its offset never came; whoever accepted may not be the TCP peer).
-        RS_DEBUG("connection fd=%d: no %s from the RDMA peer in time: TCP", tcp_fd_,
+        RS_DEBUG("connection fd=%d: no %s from the RDMA peer in time: TCP", tcp_fd(),
                  sw_.proof_known() ? "PROOF" : "PROOF_AT");
         decide_tcp_locked(sw_.proof_known() ? Reason::unproved : Reason::timeout);
         return sw_.phase() == Phase::maybe ? 0 : -1;  // (still to take out of the stream)
@@ -99,7 +99,7 @@ int Conn::client_switch_locked() noexcept
     // after the server gave up, and its CONFIRM would then be bytes of the server
     // program's stream: too late, the connection stays on TCP (the PROOF is out of it).
     if (sw_.switch_too_late(Clock::now())) {
-        RS_DEBUG("connection fd=%d: the PROOF came too late to switch", tcp_fd_);
+        RS_DEBUG("connection fd=%d: the PROOF came too late to switch", tcp_fd());
         decide_tcp_locked(Reason::timeout);
         return -1;
     }
@@ -131,7 +131,7 @@ int Conn::client_switch_locked() noexcept
             ring_.st.fin_sent = true;
     }
     refresh_watch();  // the progress thread writes the CONFIRM at the SWITCH's completion
-    RS_DEBUG("connection fd=%d: client switched to RDMA after %llu TCP bytes", tcp_fd_,
+    RS_DEBUG("connection fd=%d: client switched to RDMA after %llu TCP bytes", tcp_fd(),
              static_cast<unsigned long long>(sw_.tcp_sent()));
     return 1;
 }
@@ -317,7 +317,7 @@ int Conn::gate_expired_locked() noexcept
 
 void Conn::give_up_verify_locked(Reason why) noexcept
 {
-    RS_DEBUG("connection fd=%d: no valid SWITCH/CONFIRM from the RDMA peer (%s): TCP", tcp_fd_,
+    RS_DEBUG("connection fd=%d: no valid SWITCH/CONFIRM from the RDMA peer (%s): TCP", tcp_fd(),
              reason_code(why));
     decide_tcp_locked(why);
 }
@@ -365,7 +365,7 @@ int Conn::try_confirm_locked() noexcept
         refresh_watch();
     // No eventfd update here: it could drain the wake-up just written before the
     // thread waiting for the switch has run.
-    RS_DEBUG("connection fd=%d: server switched to RDMA after %llu TCP bytes", tcp_fd_,
+    RS_DEBUG("connection fd=%d: server switched to RDMA after %llu TCP bytes", tcp_fd(),
              static_cast<unsigned long long>(sw_.tcp_sent()));
     return 1;
 }
@@ -403,7 +403,7 @@ void Conn::log_switch_locked(long long us) const noexcept
     if (sock_ != nullptr)
         util::format_addr(sock_->peer, peer, sizeof peer);
     log::write(log::kInfo, "event=switch fd=%d role=%s local=%s peer=%s setup_us=%lld tcp_bytes_sent=%llu tcp_bytes_received=%llu",
-               tcp_fd_, side_ == Side::client ? "client" : "server", local, peer, us,
+               tcp_fd(), side_ == Side::client ? "client" : "server", local, peer, us,
                static_cast<unsigned long long>(sw_.tcp_sent()), static_cast<unsigned long long>(sw_.tcp_read()));
 }
 

@@ -139,7 +139,7 @@ void Conn::mark_closed() noexcept
     // The number may be reused at once (by a connection of its own, whose epoll
     // registrations and bytes an act by number would take): no call through it again.
     if (tcp_fd_ >= 0) {
-        closed_number_ = tcp_fd_;
+        closed_number_ = tcp_fd_.load();
         tcp_fd_ = -1;
     }
     sw_.leave_pending();
@@ -269,7 +269,7 @@ bool Conn::close_connection(bool abortive, int linger_s) noexcept
         return false;
     }
     if (ring_.data_msgs() > 0)
-        RS_DEBUG("connection fd=%d: %llu writes went out in %llu data messages", tcp_fd_,
+        RS_DEBUG("connection fd=%d: %llu writes went out in %llu data messages", tcp_fd(),
                  static_cast<unsigned long long>(ring_.writes()), static_cast<unsigned long long>(ring_.data_msgs()));
     // Every byte before the FIN; the FIN "closed" (after a FIN of shutdown(), a second
     // one) tells the peer that this side reads nothing more.  Its completion tells that

@@ -147,9 +147,13 @@ public:
     Side side() const noexcept { return side_; }
     // The number the library's own calls use on the TCP socket: -1 once the program
     // closed it (mark_closed), so a number reused by another file is never acted on.
-    int tcp_fd() const noexcept { return tcp_fd_; }
+    int tcp_fd() const noexcept { return tcp_fd_.load(std::memory_order_acquire); }
     // The number for messages: the program's, also once it is closed.
-    int shown_fd() const noexcept { return tcp_fd_ >= 0 ? tcp_fd_ : closed_number_; }
+    int shown_fd() const noexcept
+    {
+        const int fd = tcp_fd();
+        return fd >= 0 ? fd : closed_number_;
+    }
     // The number the progress thread's epoll registration of the TCP socket was made
     // under (-1: none), which deletes it (the engine's, under its lock).
     int watched_as() const noexcept { return watched_as_.load(std::memory_order_acquire); }
@@ -169,7 +173,7 @@ public:
     const char *phase_name() const noexcept override;
     bool on_rdma() const noexcept override { return phase() == Phase::rdma; }
     void link_name(char *buf, size_t n) const noexcept override;
-    int kernel_fd() const noexcept override { return tcp_fd_; }
+    int kernel_fd() const noexcept override { return tcp_fd(); }
     ssize_t recvmsg(int fd, msghdr *msg, int flags) noexcept override;
     ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept override;
     int shutdown(int fd, int how) noexcept override;
@@ -401,14 +405,16 @@ private:
     const Side side_;
     Upcalls &up_;
     bool continue_on_locked(int keep, int &from) noexcept;  // (takes mu_)
-    int tcp_fd_;  // the program's number; continue_on() may move it to the library's duplicate
+    // The program's number; continue_on() may move it to the library's duplicate.  Set
+    // under mu_, read without it by the engine (its epoll registrations, messages).
+    std::atomic<int> tcp_fd_;
     int closed_number_ = -1;  // what tcp_fd_ was before mark_closed() cleared it
     std::atomic<int> watched_as_{-1};
     bool handed_off_ = false;  // continue_on() did: the program's number is closed
     // The number a call of the program uses on the TCP socket: its own (a duplicate the
     // library does not track may be in use, and tcp_fd_ may move under it), but the
     // library's duplicate once the program closed its numbers (continue_on).
-    int call_fd_locked(int fd) const noexcept { return handed_off_ ? tcp_fd_ : fd; }
+    int call_fd_locked(int fd) const noexcept { return handed_off_ ? tcp_fd() : fd; }
     // A server's reason when its program closes it before anything was decided: the
     // undecided reason once bytes moved with a client that showed interest; else
     // pending (a connection that moved no byte had nothing decided about it).
