@@ -86,13 +86,13 @@ void Conn::before_fork() noexcept
 bool Conn::continue_on(int keep) noexcept
 {
     int from = -1;
-    if (!continue_on_locked(keep, from))
+    if (!adopt_duplicate(keep, from))
         return false;
     up_.move_tcp_watch(*this, from, keep);
     return true;
 }
 
-bool Conn::continue_on_locked(int keep, int &from) noexcept
+bool Conn::adopt_duplicate(int keep, int &from) noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
     if (closed_)
@@ -139,8 +139,8 @@ void Conn::mark_closed() noexcept
     // The number may be reused at once (by a connection of its own, whose epoll
     // registrations and bytes an act by number would take): no call through it again.
     if (tcp_fd_ >= 0) {
-        closed_number_ = tcp_fd_.load();
-        tcp_fd_ = -1;
+        closed_number_.store(tcp_fd_.load(), std::memory_order_release);
+        tcp_fd_.store(-1, std::memory_order_release);
     }
     sw_.leave_pending();
     release_shadows_locked();

@@ -152,7 +152,7 @@ public:
     int shown_fd() const noexcept
     {
         const int fd = tcp_fd();
-        return fd >= 0 ? fd : closed_number_;
+        return fd >= 0 ? fd : closed_number_.load(std::memory_order_acquire);
     }
     // The number the progress thread's epoll registration of the TCP socket was made
     // under (-1: none), which deletes it (the engine's, under its lock).
@@ -404,11 +404,12 @@ private:
 
     const Side side_;
     Upcalls &up_;
-    bool continue_on_locked(int keep, int &from) noexcept;  // (takes mu_)
+    // continue_on() under mu_: `from` is the number the calls leave.
+    bool adopt_duplicate(int keep, int &from) noexcept;
     // The program's number; continue_on() may move it to the library's duplicate.  Set
     // under mu_, read without it by the engine (its epoll registrations, messages).
     std::atomic<int> tcp_fd_;
-    int closed_number_ = -1;  // what tcp_fd_ was before mark_closed() cleared it
+    std::atomic<int> closed_number_{-1};  // what tcp_fd_ was before mark_closed() cleared it
     std::atomic<int> watched_as_{-1};
     bool handed_off_ = false;  // continue_on() did: the program's number is closed
     // The number a call of the program uses on the TCP socket: its own (a duplicate the

@@ -1176,11 +1176,11 @@ void drop_listener(Socket &s) noexcept
 // they went (the peer counts a TCP end with no FIN as a reset).
 void close_orderly(int fd, Conn &c) noexcept
 {
+    if (c.drain_pending())
+        return;  // (at exit: another number of the same socket)
     linger lg{};
     socklen_t len = sizeof lg;
     const bool set = RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 && lg.l_onoff;
-    if (c.drain_pending())
-        return;  // (at exit: another number of the same socket)
     if (!c.close_connection(set && lg.l_linger == 0, set ? lg.l_linger : 0) || g_engine == nullptr)
         return;
     std::shared_ptr<Conn> self = c.self();
@@ -1249,13 +1249,12 @@ void on_close(int fd, Socket &s) noexcept
     // under the engine's lock, so the progress thread's accept of a request claimed
     // meanwhile (accept_request) either ran before, and its registration goes here, or
     // finds the connection closed, never registering the number's next file.
+    std::unique_lock<std::mutex> lk;
     if (g_engine != nullptr) {
-        std::lock_guard<std::mutex> lk(g_engine->mu);
+        lk = std::unique_lock<std::mutex>(g_engine->mu);
         g_engine->unwatch_tcp(*c);
-        c->mark_closed();
-    } else {
-        c->mark_closed();
     }
+    c->mark_closed();
 }
 
 void on_passed(Socket &s) noexcept

@@ -1819,10 +1819,10 @@ void semantics_sigkill(bool killed_is_client, const std::string &scenario = "sig
 // continued 1 s later, reads every byte, then EOF.  (The library tries for
 // RDMASOCK_LINGER_MS, 2 s, where the kernel's TCP tries for minutes.)
 // (The tester's exit waits for the last bytes to go: rdmasock(7), close.)
-void semantics_stopped_close()
+void semantics_stopped_close(bool async)
 {
-    const std::string name = "semantics/stopped_close";
-    Side s, c;
+    const std::string name = std::string(async ? "semantics_default_mode" : "semantics") + "/stopped_close";
+    Side s = async ? async_side() : Side{}, c = async ? async_side() : Side{};
     c.args = {"--scenario", "stopped_close"};
     s.args = {"--helper", "--conns", "1"};
     Pair pr = run_pair(name, s, c, 60000, [&](Proc &sp, Proc &cp, Pair &) {
@@ -3325,12 +3325,13 @@ bool init_tests()
     for (std::string k : {"sigkill_write", "sigkill_epoll"})
         for (bool killed_client : {true, false})
             add(sem, k + (killed_client ? "_client" : "_server"), [k, killed_client] { semantics_sigkill(killed_client, k); });
-    add(sem, "stopped_close", semantics_stopped_close);
+    add(sem, "stopped_close", [] { semantics_stopped_close(false); });
     master.add(sem);
 
     // The same scenarios in the default mode (issue 17: users get the asynchronous switch).
     auto *sem_async = BOOST_TEST_SUITE("semantics_default_mode");
     add_scenarios(sem_async, true);
+    add(sem_async, "stopped_close", [] { semantics_stopped_close(true); });
     master.add(sem_async);
 
     auto *prog = BOOST_TEST_SUITE("programs");

@@ -1511,7 +1511,10 @@ void scenario(int fd, Counts &c, std::string &extra)
         // The helper stops itself (SIGSTOP); we write until the connection takes no
         // more, then close: close() returns at once, as the kernel's does (the bytes
         // and the FIN go out later), and the helper, continued seconds later, gets
-        // every byte, then EOF.
+        // every byte, then EOF.  (Settled first: in the default mode a helper stopped
+        // before its switch would keep the connection on TCP.)
+        if (!t.settle())
+            return;
         t.cmd('P');
         usleep(500000);
         int fl = fcntl(fd, F_GETFL);
