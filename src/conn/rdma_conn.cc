@@ -285,6 +285,8 @@ bool Conn::close_connection(bool abortive, int linger_s) noexcept
         if ((done = drain_locked()))
             break;
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(linger_until - Clock::now()).count();
+        if (left <= 0)
+            break;  // (a negative timeout would make the poll wait for ever)
         lk.unlock();
         pollfd p{comp_fd(), POLLIN, 0};
         RS_REAL(poll)(&p, 1, static_cast<int>(left < 50 ? left : 50));

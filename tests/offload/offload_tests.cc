@@ -2967,6 +2967,44 @@ void program_nginx_wrk(int workers)
 // both ends, and the daemon stops gracefully (each worker saw each connection's end:
 // wrk's first connection, whose client closed right after its switch, once left a
 // worker waiting for an EOF that never came, in 3 of 15 runs).
+// What every live process named `comm` is doing, for a test that found one hung: each
+// thread's kernel wait channel and, when gdb is there, its stack.
+std::string stacks_of(const std::string &comm)
+{
+    std::string out;
+    DIR *d = opendir("/proc");
+    if (d == nullptr)
+        return out;
+    while (dirent *e = readdir(d)) {
+        const std::string pid = e->d_name;
+        if (pid.find_first_not_of("0123456789") != std::string::npos)
+            continue;
+        std::string c = read_file("/proc/" + pid + "/comm");
+        while (!c.empty() && c.back() == '\n')
+            c.pop_back();
+        if (c != comm)
+            continue;
+        out += "--- " + comm + " " + pid + ":";
+        if (DIR *t = opendir(("/proc/" + pid + "/task").c_str())) {
+            while (dirent *te = readdir(t))
+                if (te->d_name[0] != '.')
+                    out += std::string(" task ") + te->d_name + " wchan=" +
+                           read_file("/proc/" + pid + "/task/" + te->d_name + "/wchan");
+            closedir(t);
+        }
+        out += "\n";
+        const std::string cmd = "gdb -p " + pid + " -batch -nx -ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)'";
+        if (FILE *f = popen(cmd.c_str(), "r")) {
+            char buf[512];
+            while (fgets(buf, sizeof buf, f) != nullptr)
+                out += buf;
+            pclose(f);
+        }
+    }
+    closedir(d);
+    return out;
+}
+
 void program_nginx_daemon()
 {
     const std::string name = "programs/nginx_daemon";
@@ -3012,6 +3050,7 @@ void program_nginx_daemon()
     for (int i = 0; master > 0 && i < 200 && !gone(master); ++i)
         usleep(100 * 1000);
     const bool stopped = master > 0 && gone(master);
+    const std::string hung = stopped ? std::string() : stacks_of("nginx");
     const long stop_ms = static_cast<long>(now_ms() - stop_from);
     usleep(300 * 1000);
     sr.log = read_file(dir / "s.log");
@@ -3024,7 +3063,7 @@ void program_nginx_daemon()
     }
     const std::string all = describe_prog(sr) + describe_prog(cr) + describe_prog(wr) + describe_prog(kr) +
                             "error.log:\n" + read_file(t + "/error.log");
-    BOOST_CHECK_MESSAGE(stopped, name << ": the daemon did not stop within 20 s of SIGQUIT\n" << all);
+    BOOST_CHECK_MESSAGE(stopped, name << ": the daemon did not stop within 20 s of SIGQUIT\n" << all << hung);
     BOOST_CHECK_MESSAGE(cr.exit_code == 0 && read_file(t + "/got.bin") == body, name << ": curl did not get the file\n"
                                                                                       << all);
     const uint64_t requests = check_wrk(name, kr, 10, all);
