@@ -1155,7 +1155,9 @@ pid_t fork() noexcept
     // release it.
     readiness::lock_for_fork();
     g_deferred_mu.lock();
+    offload::lock_for_fork();
     pid_t r = RS_REAL(fork)();
+    offload::unlock_after_fork();
     g_deferred_mu.unlock();
     readiness::unlock_after_fork();
     if (r > 0 && rt::g_pending.load(std::memory_order_relaxed) != 0) {

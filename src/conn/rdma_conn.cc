@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/stat.h>
 
+#include "base/fd.hh"
 #include "base/log.hh"
 #include "base/real.hh"
 #include "process/runtime.hh"
@@ -316,7 +317,19 @@ bool Conn::close_connection(bool abortive, int linger_s) noexcept
 namespace {
 // The duplicates the progress thread holds (fd + 1; 0 is free), for a fork child to
 // close (Conn::drop_drains_in_child).  Beyond 256 at once, one is not closed there.
+// Made and closed under g_drain_mu, which fork() holds: a child never has one that is
+// not listed.
+std::mutex g_drain_mu;
 std::atomic<int> g_drain_slots[256];
+
+void unlist_drain(int d) noexcept
+{
+    for (auto &slot : g_drain_slots) {
+        int v = d + 1;
+        if (slot.compare_exchange_strong(v, 0))
+            break;
+    }
+}
 }  // namespace
 
 bool Conn::drain_locked() noexcept
@@ -344,20 +357,28 @@ bool Conn::drain_locked() noexcept
     return link_.completed() >= close_fin_wr_;
 }
 
-void Conn::start_drain(int tcp) noexcept
+bool Conn::start_drain(int fd) noexcept
 {
-    for (auto &slot : g_drain_slots) {
-        int v = 0;
-        if (slot.compare_exchange_strong(v, tcp + 1))
-            break;
+    int d = -1;
+    {
+        std::lock_guard<std::mutex> dl(g_drain_mu);
+        d = util::dup_high(fd);
+        if (d < 0)
+            return false;
+        for (auto &slot : g_drain_slots) {
+            int v = 0;
+            if (slot.compare_exchange_strong(v, d + 1))
+                break;
+        }
     }
     struct stat st{};
-    ::fstat(tcp, &st);
+    ::fstat(d, &st);
     std::lock_guard<std::mutex> lk(mu_);
     drain_ino_ = st.st_ino;
     drain_dev_ = st.st_dev;
-    drain_fd_ = tcp;
+    drain_fd_ = d;
     drain_until_ = Clock::now() + std::chrono::milliseconds(rt::config().linger_ms);
+    return true;
 }
 
 bool Conn::draining(Clock::time_point now, int &to_close) noexcept
@@ -387,18 +408,28 @@ bool Conn::draining(Clock::time_point now, int &to_close) noexcept
              ring_.st.broken() ? "are lost: the connection broke"
              : link_.completed() >= close_fin_wr_ && close_fin_posted_ ? "went out" : "are given up");
     const int d = drain_fd_.exchange(-1);
-    for (auto &slot : g_drain_slots) {  // out of the table before the number is free
-        int v = d + 1;
-        if (slot.compare_exchange_strong(v, 0))
-            break;
-    }
     // Still the socket it was made as (the program may have closed the number, and
-    // another file have it now): the caller closes it, outside the locks.
+    // another file have it now): the caller closes it, outside the connection's lock
+    // (close_drained).
     struct stat st{};
-    if (::fstat(d, &st) == 0 && st.st_ino == drain_ino_ && st.st_dev == drain_dev_)
+    if (::fstat(d, &st) == 0 && st.st_ino == drain_ino_ && st.st_dev == drain_dev_) {
         to_close = d;
+    } else {
+        std::lock_guard<std::mutex> dl(g_drain_mu);
+        unlist_drain(d);
+    }
     return false;
 }
+
+void Conn::close_drained(int d) noexcept
+{
+    std::lock_guard<std::mutex> dl(g_drain_mu);
+    unlist_drain(d);
+    RS_REAL(close)(d);
+}
+
+void Conn::lock_drains() noexcept { g_drain_mu.lock(); }
+void Conn::unlock_drains() noexcept { g_drain_mu.unlock(); }
 
 void Conn::drop_drains_in_child() noexcept
 {

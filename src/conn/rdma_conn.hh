@@ -238,19 +238,24 @@ public:
     // progress thread then finishes (start_drain).
     bool close_connection(bool abortive, int linger_s = 0) noexcept;
     // Closed with its last messages still to go (close_connection returned true):
-    // `tcp` is the library's duplicate of the TCP socket, closed once they went.
-    void start_drain(int tcp) noexcept;
+    // the library holds a duplicate of `fd`, the TCP socket, until they went (false:
+    // no descriptor for it).
+    bool start_drain(int fd) noexcept;
     // The progress thread, for a closed connection: true while its last messages are
     // still going out (the peer's queue pair still takes none: a stopped process).
     // Gives up once the connection breaks, the peer's TCP connection ends, or after
     // RDMASOCK_LINGER_MS (as long as close() waited before); then sets to_close to the
     // duplicate (unless the program closed that number meanwhile), for the caller to
-    // close once it holds no lock (a close with SO_LINGER may block).
+    // close with close_drained() once it holds no lock (a close with SO_LINGER may block).
     bool draining(std::chrono::steady_clock::time_point now, int &to_close) noexcept;
     bool drain_pending() const noexcept { return drain_fd_.load(std::memory_order_acquire) >= 0; }
     // In a fork child: the copies of the duplicates go (held, they would keep the TCP
     // connections open after the parent's drains).  Lock-free, from a table of them.
     static void drop_drains_in_child() noexcept;
+    static void close_drained(int d) noexcept;
+    // Held across fork(): a child inherits no duplicate it does not know of.
+    static void lock_drains() noexcept;
+    static void unlock_drains() noexcept;
     static constexpr int kCloseWaitMs = 5;
 
     // --- readiness ----------------------------------------------------------------------

@@ -498,7 +498,7 @@ int Engine::timers() noexcept
             rdma_disconnect(c->cm_id()->get());
     drop.clear();
     for (int d : drained_fds)
-        RS_REAL(close)(d);
+        Conn::close_drained(d);
     drained.clear();
     expired.clear();
     if (next == Clock::time_point::max())
@@ -1184,13 +1184,8 @@ void close_orderly(int fd, Conn &c) noexcept
     if (!c.close_connection(set && lg.l_linger == 0, set ? lg.l_linger : 0) || g_engine == nullptr)
         return;
     std::shared_ptr<Conn> self = c.self();
-    int d = util::dup_high(fd);
-    if (d < 0 || !self) {
-        if (d >= 0)
-            RS_REAL(close)(d);
+    if (!self || !self->start_drain(fd))
         return;
-    }
-    self->start_drain(d);
     RS_DEBUG("connection fd=%d: closed with its last messages still to go (the peer takes none now)", fd);
     std::lock_guard<std::mutex> lk(g_engine->mu);
     g_engine->drains.push_back(std::move(self));
@@ -1319,6 +1314,9 @@ void retire(Conn &c) noexcept
     e->retiring.push_back(&c);
     e->wake();
 }
+
+void lock_for_fork() noexcept { Conn::lock_drains(); }
+void unlock_after_fork() noexcept { Conn::unlock_drains(); }
 
 void after_fork_child() noexcept
 {

@@ -48,6 +48,10 @@ void on_close(int fd, Socket &s) noexcept;
 // a program that writes and then exits loses nothing.  _exit() skips this.
 void at_exit() noexcept;
 
+// Held across fork() (by the thread that forks, released in parent and child): what
+// the child inherits is consistent.
+void lock_for_fork() noexcept;
+void unlock_after_fork() noexcept;
 // In a fork child: the parent's RDMA resources and thread are not ours.
 void after_fork_child() noexcept;
 
