@@ -1813,6 +1813,33 @@ void semantics_sigkill(bool killed_is_client, const std::string &scenario = "sig
     }
 }
 
+// The helper writes 4 MiB and ends without closing its socket: _exit(), a fatal signal
+// (SIGTERM's default action), or execve() with the socket close-on-exec (issue 17, 4).
+// The kernel's TCP delivers every byte, then EOF.  rdmasock(7): bytes still in flight
+// may be lost, and then the peer sees a reset; never an EOF after fewer bytes (the
+// tester's scenario checks the bytes, and how the stream ended).
+void semantics_abrupt(const std::string &how, bool helper_is_client, bool async)
+{
+    const std::string name = std::string(async ? "semantics_default_mode" : "semantics") + "/abrupt_" + how +
+                             (helper_is_client ? "_client" : "_server");
+    Side s = async ? async_side() : Side{}, c = async ? async_side() : Side{};
+    Side &tester = helper_is_client ? s : c;
+    Side &helper = helper_is_client ? c : s;
+    tester.args = {"--scenario", "abrupt_" + how};
+    helper.args = {"--helper", "--conns", "1"};
+    Pair pr = run_pair(name, s, c);
+    const PeerRun &t = helper_is_client ? pr.server : pr.client;
+    const PeerRun &h = helper_is_client ? pr.client : pr.server;
+    const int want = how == "signal" ? 128 + SIGTERM : 0;
+    BOOST_CHECK_MESSAGE(h.exit_code == want, name << ": the helper's exit status is " << h.exit_code << ", want "
+                                                  << want << "\n" << h.describe());
+    expect_clean_exit(t, name);
+    expect_rdma(t, 0, -1, -1, name);
+    if (const Fields *f = t.conn(0))
+        note(name + ": the reader got " + field(*f, "abrupt_got") + " of 4194304 bytes, then " +
+             field(*f, "abrupt_end"));
+}
+
 // The helper stops itself (SIGSTOP) and the tester writes until the connection takes no
 // more (1 KiB writes: on RDMA, more messages than the stopped side has receives posted),
 // then closes.  As on the kernel's TCP: close() returns at once, and the helper,
@@ -3365,12 +3392,18 @@ bool init_tests()
         for (bool killed_client : {true, false})
             add(sem, k + (killed_client ? "_client" : "_server"), [k, killed_client] { semantics_sigkill(killed_client, k); });
     add(sem, "stopped_close", [] { semantics_stopped_close(false); });
+    // A peer that ends without closing (issue 17, 4).
+    add(sem, "abrupt_exit_client", [] { semantics_abrupt("exit", true, false); });
+    add(sem, "abrupt_exit_server", [] { semantics_abrupt("exit", false, false); });
+    add(sem, "abrupt_signal_client", [] { semantics_abrupt("signal", true, false); });
+    add(sem, "abrupt_exec_server", [] { semantics_abrupt("exec", false, false); });
     master.add(sem);
 
     // The same scenarios in the default mode (issue 17: users get the asynchronous switch).
     auto *sem_async = BOOST_TEST_SUITE("semantics_default_mode");
     add_scenarios(sem_async, true);
     add(sem_async, "stopped_close", [] { semantics_stopped_close(true); });
+    add(sem_async, "abrupt_exit_client", [] { semantics_abrupt("exit", true, true); });
     master.add(sem_async);
 
     auto *prog = BOOST_TEST_SUITE("programs");

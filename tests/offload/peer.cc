@@ -776,6 +776,9 @@ void stream(int fd, const Entry &e, Counts &c, std::string &extra)
 //   k     print "ready" and wait to be killed               (EOF) close and exit
 //   P     print "ready", stop (SIGSTOP) until continued, then read and verify the
 //         tester's bytes up to its EOF
+//   X L   send L pattern bytes, then end without closing anything: _exit()
+//   T L   the same, then die of SIGTERM (its default action)
+//   Z L   the same, then execve() /bin/true, the socket close-on-exec
 // The tester->helper data stream and the helper->tester stream each have their own
 // running offset (commands are not part of the pattern stream).
 
@@ -849,13 +852,16 @@ void helper_loop(int fd, Counts &c, std::string &extra)
         }
         c.received += 1;
         uint32_t len = 0;
-        if (cmd == 'd' || cmd == 'r' || cmd == 'R' || cmd == 'h') {
+        if (cmd == 'd' || cmd == 'r' || cmd == 'R' || cmd == 'h' || cmd == 'X' || cmd == 'T' || cmd == 'Z') {
             if (!read_full(fd, &len, 4, c)) {
                 errorf(kCallFailed, "helper: short command");
                 return;
             }
         }
         switch (cmd) {
+        case 'X':
+        case 'T':
+        case 'Z':
         case 'd':
             while (len > 0) {
                 size_t k = len < buf.size() ? len : buf.size();
@@ -866,6 +872,18 @@ void helper_loop(int fd, Counts &c, std::string &extra)
                 }
                 h.out_off += k;
                 len -= static_cast<uint32_t>(k);
+            }
+            if (cmd == 'X')
+                _exit(0);
+            if (cmd == 'T') {
+                signal(SIGTERM, SIG_DFL);
+                raise(SIGTERM);
+            }
+            if (cmd == 'Z') {
+                fcntl(fd, F_SETFD, FD_CLOEXEC);
+                execl("/bin/true", "true", static_cast<char *>(nullptr));
+                errorf(kCallFailed, "helper: exec /bin/true: %s", strerror(errno));
+                return;
             }
             break;
         case 'R':
@@ -1507,6 +1525,40 @@ void scenario(int fd, Counts &c, std::string &extra)
         if (r != 100)
             return t.fail("read with data and SO_RCVTIMEO: %zd (%s)", r, strerror(errno));
         t.verify(b, 100);
+    } else if (s == "abrupt_exit" || s == "abrupt_signal" || s == "abrupt_exec") {
+        // The helper writes 4 MiB and ends without closing (_exit, a fatal signal, exec
+        // of a close-on-exec socket).  The kernel's TCP delivers every byte, then EOF;
+        // rdmasock(7) allows bytes still in flight to be lost, but then the end is a
+        // reset: an EOF after fewer bytes would pass a truncated stream off as whole.
+        if (!t.settle())
+            return;
+        const uint32_t len = 4u << 20;
+        t.cmd(s == "abrupt_exit" ? 'X' : s == "abrupt_signal" ? 'T' : 'Z', len, true);
+        std::vector<uint8_t> b(64 * 1024);
+        uint64_t got = 0;
+        int end = 0;  // 0: EOF, else the errno
+        for (;;) {
+            ssize_t r = read(fd, b.data(), b.size());
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0) {
+                end = errno;
+                break;
+            }
+            if (r == 0)
+                break;
+            if (got + static_cast<uint64_t>(r) > len)
+                return t.fail("%" PRIu64 " bytes from a helper that wrote %u", got + static_cast<uint64_t>(r), len);
+            t.verify(b.data(), static_cast<size_t>(r));
+            got += static_cast<uint64_t>(r);
+        }
+        t.note("abrupt_got", static_cast<long long>(got));
+        t.extra += std::string(" abrupt_end=") + (end == 0 ? "EOF" : strerrorname_np(end));
+        if (end == 0 && got != len)
+            return t.fail("EOF after %" PRIu64 " of the %u bytes written: a truncated stream read as whole", got, len);
+        if (end != 0 && end != ECONNRESET)
+            return t.fail("the stream ended with %s after %" PRIu64 " bytes, want EOF or ECONNRESET", strerror(end), got);
+        return;
     } else if (s == "stopped_close") {
         // The helper stops itself (SIGSTOP); we write until the connection takes no
         // more, then close: close() returns at once, as the kernel's does (the bytes
