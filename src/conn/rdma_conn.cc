@@ -285,12 +285,12 @@ bool Conn::close_connection(bool abortive, int linger_s) noexcept
         link_.arm();
         if ((done = drain_locked()))
             break;
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(linger_until - Clock::now()).count();
-        if (left <= 0)
-            break;  // (a negative timeout would make the poll wait for ever)
+        const int left = waits::ms_until(linger_until, 50);
+        if (left == 0)
+            break;
         lk.unlock();
         pollfd p{comp_fd(), POLLIN, 0};
-        RS_REAL(poll)(&p, 1, static_cast<int>(left < 50 ? left : 50));
+        RS_REAL(poll)(&p, 1, left);
         lk.lock();
         link_.ack_events();
     }
@@ -300,12 +300,12 @@ bool Conn::close_connection(bool abortive, int linger_s) noexcept
         push_frame_locked();
         if (!sw_.frame_pending())
             break;
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-        if (left <= 0)
+        const int left = waits::ms_until(deadline, 50);
+        if (left == 0)
             break;
         lk.unlock();
         pollfd p[2] = {{tcp_fd_, POLLOUT, 0}, {comp_fd(), POLLIN, 0}};
-        RS_REAL(poll)(p, 2, static_cast<int>(left < 50 ? left : 50));
+        RS_REAL(poll)(p, 2, left);
         lk.lock();
         link_.ack_events();
         link_.arm();
@@ -322,11 +322,12 @@ namespace {
 std::mutex g_drain_mu;
 std::atomic<int> g_drain_slots[256];
 
-void unlist_drain(int d) noexcept
+// The first slot holding `from` now holds `to` (listing: 0 -> d + 1; unlisting: back).
+void swap_slot(int from, int to) noexcept
 {
     for (auto &slot : g_drain_slots) {
-        int v = d + 1;
-        if (slot.compare_exchange_strong(v, 0))
+        int v = from;
+        if (slot.compare_exchange_strong(v, to))
             break;
     }
 }
@@ -365,11 +366,7 @@ bool Conn::start_drain(int fd) noexcept
         d = util::dup_high(fd);
         if (d < 0)
             return false;
-        for (auto &slot : g_drain_slots) {
-            int v = 0;
-            if (slot.compare_exchange_strong(v, d + 1))
-                break;
-        }
+        swap_slot(0, d + 1);
     }
     struct stat st{};
     ::fstat(d, &st);
@@ -416,7 +413,7 @@ bool Conn::draining(Clock::time_point now, int &to_close) noexcept
         to_close = d;
     } else {
         std::lock_guard<std::mutex> dl(g_drain_mu);
-        unlist_drain(d);
+        swap_slot(d + 1, 0);
     }
     return false;
 }
@@ -424,7 +421,7 @@ bool Conn::draining(Clock::time_point now, int &to_close) noexcept
 void Conn::close_drained(int d) noexcept
 {
     std::lock_guard<std::mutex> dl(g_drain_mu);
-    unlist_drain(d);
+    swap_slot(d + 1, 0);
     RS_REAL(close)(d);
 }
 

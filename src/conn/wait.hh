@@ -14,6 +14,14 @@ namespace rdmasock::waits {
 
 using Clock = std::chrono::steady_clock;
 
+// Milliseconds from now until `deadline`, at most `cap`: never negative (a poll() given a
+// negative timeout would wait for ever once the deadline has passed).
+inline int ms_until(Clock::time_point deadline, int cap = INT_MAX) noexcept
+{
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    return left <= 0 ? 0 : left < cap ? static_cast<int>(left) : cap;
+}
+
 // One call's deadline: SO_RCVTIMEO/SO_SNDTIMEO counted from the call's first wait, as
 // the kernel counts it, however many times the call waits.
 struct Deadline {

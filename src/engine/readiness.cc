@@ -10,6 +10,7 @@
 
 #include "base/real.hh"
 #include "conn/rdma_conn.hh"
+#include "conn/wait.hh"
 #include "engine/offload.hh"
 #include "process/fd_table.hh"
 #include "process/runtime.hh"
@@ -115,10 +116,7 @@ void del_shadows(int epfd, Set &set, Reg &r, bool in_kernel = true) noexcept
 
 int ms_left(Clock::time_point deadline, bool infinite) noexcept
 {
-    if (infinite)
-        return -1;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    return left < 0 ? 0 : static_cast<int>(left);
+    return infinite ? -1 : waits::ms_until(deadline);
 }
 
 // Fix up what the kernel returned for an epoll set that holds shadow registrations:
