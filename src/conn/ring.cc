@@ -1,6 +1,7 @@
 #include "conn/ring.hh"
 
 #include <cerrno>
+#include <cstring>
 
 #include "conn/iov.hh"
 #include "rdma/owners.hh"
@@ -117,13 +118,16 @@ ssize_t RingPath::send(const msghdr *msg, size_t skip, size_t n, bool hold) noex
     const uint64_t off = tx_prod_ & (tx_.size - 1);
     ++writes_;
     // Small and contiguous, nothing staged before it: inline, straight from the program's
-    // buffer.
+    // buffer.  Staged as well (a copy of at most max_inline bytes): the staging ring holds
+    // every byte the peer has not acknowledged, which a fallback to TCP resends
+    // (docs/design/tcp-fallback.md).
     if (!hold && tx_posted_ == tx_prod_ && n <= link_.max_inline() && n <= tx_.size - off && msg->msg_iovlen >= 1) {
         size_t i = 0, s = skip;
         while (i < msg->msg_iovlen && s >= msg->msg_iov[i].iov_len)
             s -= msg->msg_iov[i++].iov_len;
         if (i < msg->msg_iovlen && msg->msg_iov[i].iov_len - s >= n) {
             const uint8_t *src = static_cast<const uint8_t *>(msg->msg_iov[i].iov_base) + s;
+            memcpy(tx_.mem + off, src, n);
             const uint32_t imm = neg::make_imm(neg::Imm::data, static_cast<uint32_t>(n));
             if (post(off, src, static_cast<uint32_t>(n), 0, true, imm, true) != 0)
                 return -EPIPE;

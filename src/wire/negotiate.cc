@@ -13,6 +13,7 @@ constexpr uint8_t kMagicAccept[4] = {'R', 'S', 'K', 'A'};
 constexpr uint8_t kMagicDecline[4] = {'R', 'S', 'K', 'D'};
 constexpr uint8_t kMagicConfirm[4] = {'R', 'S', 'K', 'C'};
 constexpr uint8_t kMagicProof[4] = {'R', 'S', 'K', 'P'};
+constexpr uint8_t kMagicFallback[4] = {'R', 'S', 'K', 'F'};
 
 void put16(uint8_t *p, uint16_t v) noexcept
 {
@@ -256,6 +257,45 @@ ConfirmMatch match_proof(const uint8_t *data, size_t got, const Nonce &expected)
     if (d != 0)
         return ConfirmMatch::no;
     return n < kProofSize ? ConfirmMatch::partial : ConfirmMatch::yes;
+}
+
+void encode_fallback(const Fallback &f, const Nonce &n, uint8_t out[kFallbackSize]) noexcept
+{
+    memset(out, 0, kFallbackSize);
+    memcpy(out, kMagicFallback, 4);
+    out[4] = kVersion;
+    out[5] = f.flags;
+    put64(out + 8, f.count);
+    put64(out + 16, f.start);
+    memcpy(out + 24, n.b, 8);
+}
+
+ConfirmMatch match_fallback(const uint8_t *data, size_t got, const Nonce &expected, Fallback *out) noexcept
+{
+    constexpr uint8_t kKnown = kFbWrShut | kFbClosed | kFbResidueDropped;
+    // Checked as far as the bytes go: magic, version, flags, reserved, then the tag.
+    if (memcmp(data, kMagicFallback, got < 4 ? got : 4) != 0 || (got > 4 && data[4] != kVersion) ||
+        (got > 5 && (data[5] & ~kKnown) != 0) || (got > 6 && data[6] != 0) || (got > 7 && data[7] != 0))
+        return ConfirmMatch::no;
+    if (got > 24 && memcmp(data + 24, expected.b, (got < kFallbackSize ? got : kFallbackSize) - 24) != 0)
+        return ConfirmMatch::no;
+    if (got < kFallbackSize)
+        return ConfirmMatch::partial;
+    Fallback f;
+    f.flags = data[5];
+    f.count = get64(data + 8);
+    f.start = get64(data + 16);
+    *out = f;
+    return ConfirmMatch::yes;
+}
+
+Reason check_fallback(const Fallback &peer, uint64_t acked, uint64_t posted, uint64_t held, uint64_t ring) noexcept
+{
+    if (peer.count < acked || peer.count > posted)
+        return Reason::bad_message;
+    if (peer.start > held || held - peer.start > ring)
+        return Reason::bad_message;
+    return Reason::none;
 }
 
 }  // namespace rdmasock::neg

@@ -91,4 +91,36 @@ inline uint32_t imm_value(uint32_t imm) noexcept { return imm & kImmValueMask; }
 
 bool valid_ring(const RingInfo &r) noexcept;
 
+// ---- FALLBACK (docs/design/tcp-fallback.md) --------------------------------------------
+// A connection that leaves RDMA mid-stream: the first bytes each side writes to the TCP
+// stream then.  After the switch that stream carries nothing else, so the frame stands
+// where the peer looks for it.  32 bytes: "RSKF", version, flags, 2 reserved (0), the
+// count, the start (both network order), the first 8 bytes of the connection's nonce.
+constexpr size_t kFallbackSize = 32;
+constexpr uint8_t kFbWrShut = 1;           // the sender's stream ends after its resend
+constexpr uint8_t kFbClosed = 2;           // the sender reads nothing more
+constexpr uint8_t kFbResidueDropped = 4;   // count is what the sender's program read
+                                           // (exec, SCM_RIGHTS: its ring goes)
+struct Fallback {
+    // Bytes of the peer's stream the sender holds (received over RDMA, counted at their
+    // message's completion only): the peer resends over TCP from there on.
+    uint64_t count = 0;
+    // Where in the sender's own stream the TCP bytes after the frame begin.
+    uint64_t start = 0;
+    uint8_t flags = 0;
+};
+void encode_fallback(const Fallback &f, const Nonce &n, uint8_t out[kFallbackSize]) noexcept;
+// A FALLBACK at the head of `got` bytes of the peer's TCP stream: `partial` while a
+// prefix of a valid one; `yes` fills `out` (fields not yet checked against counters).
+ConfirmMatch match_fallback(const uint8_t *data, size_t got, const Nonce &expected, Fallback *out) noexcept;
+// The peer's FALLBACK against what this side knows (ring bytes, stream counts):
+// - its count covers what it acknowledged to us and no more than we posted
+//   (acked <= count <= posted);
+// - its start is no later than what we hold, and no earlier than one ring before it
+//   (held - ring <= start <= held): the TCP bytes after the frame that we already hold
+//   are held - start, dropped as duplicates.
+// bad_message when one fails (that connection is reset).
+Reason check_fallback(const Fallback &peer, uint64_t acked, uint64_t posted, uint64_t held,
+                      uint64_t ring) noexcept;
+
 }  // namespace rdmasock::neg
