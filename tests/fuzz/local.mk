@@ -8,7 +8,7 @@
 # runs one.  New inputs go to tests/fuzz/work/<target>/ (the committed seed corpus is
 # only read), crash inputs to tests/fuzz/artifacts/.  Needs clang and libclang-rt-14-dev.
 
-FUZZ_TARGETS = hello accept decline confirm proof roundtrip rules
+FUZZ_TARGETS = hello accept decline confirm proof fallback roundtrip rules
 
 # --- replay mode: part of every `make check` ---------------------------------------------
 check_PROGRAMS += tests/fuzz/fuzz_replay
@@ -16,7 +16,7 @@ TESTS += tests/fuzz/fuzz_replay
 tests_fuzz_fuzz_replay_SOURCES = tests/fuzz/replay_main.cc tests/fuzz/seeds.cc \
 	tests/fuzz/seeds.hh tests/fuzz/fuzz.hh \
 	tests/fuzz/fuzz_hello.cc tests/fuzz/fuzz_accept.cc tests/fuzz/fuzz_decline.cc \
-	tests/fuzz/fuzz_confirm.cc tests/fuzz/fuzz_proof.cc tests/fuzz/fuzz_roundtrip.cc tests/fuzz/fuzz_rules.cc \
+	tests/fuzz/fuzz_confirm.cc tests/fuzz/fuzz_proof.cc tests/fuzz/fuzz_fallback.cc tests/fuzz/fuzz_roundtrip.cc tests/fuzz/fuzz_rules.cc \
 	src/wire/negotiate.cc src/base/reason.cc src/config/rules.cc src/config/config.cc
 tests_fuzz_fuzz_replay_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DRS_FUZZ_CORPUS='"$(abs_top_srcdir)/tests/fuzz/corpus"'
@@ -72,6 +72,13 @@ FUZZ_CORPUS = \
 	tests/fuzz/corpus/proof/version-2 \
 	tests/fuzz/corpus/proof/plain-banner \
 	tests/fuzz/corpus/proof/empty-stream \
+	tests/fuzz/corpus/fallback/valid \
+	tests/fuzz/corpus/fallback/valid-then-data \
+	tests/fuzz/corpus/fallback/prefix-13 \
+	tests/fuzz/corpus/fallback/other-nonce \
+	tests/fuzz/corpus/fallback/unknown-flag \
+	tests/fuzz/corpus/fallback/start-beyond-held \
+	tests/fuzz/corpus/fallback/proof-frame \
 	tests/fuzz/corpus/roundtrip/valid-pattern \
 	tests/fuzz/corpus/roundtrip/valid-padded \
 	tests/fuzz/corpus/roundtrip/zeros \

@@ -64,6 +64,32 @@ const Bytes kProof = cat({str("RSKP"), {3, 0, 0, 0}, kNonce});
 // proof target input: the expected nonce, then the stream from the PROOF's offset.
 Bytes proof_input(const Bytes &stream) { return cat({kNonce, stream}); }
 
+// fallback target input: the nonce, this side's counters (acked 6000, posted 10000,
+// held 20000, ring 4096: little-endian), then the stream.
+Bytes le64(uint64_t v)
+{
+    Bytes b(8);
+    for (int i = 0; i < 8; ++i)
+        b[i] = static_cast<uint8_t>(v >> (8 * i));
+    return b;
+}
+Bytes be64(uint64_t v)
+{
+    Bytes b(8);
+    for (int i = 0; i < 8; ++i)
+        b[7 - i] = static_cast<uint8_t>(v >> (8 * i));
+    return b;
+}
+Bytes fallback_input(const Bytes &stream)
+{
+    return cat({kNonce, le64(6000), le64(10000), le64(20000), le64(4096), stream});
+}
+// FALLBACK: WR_SHUT, count 8000, start 19000, the nonce's first 8 bytes.
+Bytes fallback_frame(uint8_t flags, uint64_t count, uint64_t start)
+{
+    return cat({str("RSKF"), {3, flags, 0, 0}, be64(count), be64(start), head(kNonce, 8)});
+}
+
 // confirm target input: flags, expected nonce, stream.
 Bytes confirm_input(bool bound, const Bytes &stream)
 {
@@ -132,6 +158,13 @@ std::vector<Seed> seeds()
         {"proof", "version-2", proof_input(with(kProof, 4, 2))},
         {"proof", "plain-banner", proof_input(str("SSH-2.0-OpenSSH_9.2\r\n"))},
         {"proof", "empty-stream", proof_input({})},
+        {"fallback", "valid", fallback_input(fallback_frame(1, 8000, 19000))},
+        {"fallback", "valid-then-data", fallback_input(cat({fallback_frame(0, 6000, 20000), str("resent bytes")}))},
+        {"fallback", "prefix-13", fallback_input(head(fallback_frame(1, 8000, 19000), 13))},
+        {"fallback", "other-nonce", fallback_input(with(fallback_frame(1, 8000, 19000), 31, 0x11))},
+        {"fallback", "unknown-flag", fallback_input(fallback_frame(0x40, 8000, 19000))},
+        {"fallback", "start-beyond-held", fallback_input(fallback_frame(0, 8000, 20001))},
+        {"fallback", "proof-frame", fallback_input(cat({kProof, zeros(8)}))},
         {"roundtrip", "valid-pattern", pattern(0x03, 128, 37, 11)},
         {"roundtrip", "valid-padded", pattern(0xff, 128, 101, 7)},
         {"roundtrip", "zeros", zeros(128)},
@@ -207,6 +240,13 @@ bool check_known_answers()
     expect(neg::match_proof(kProof.data(), kProof.size(), nonce) == neg::ConfirmMatch::yes, "match_proof(PROOF)");
     expect(neg::match_proof(kConfirm.data(), kConfirm.size(), nonce) == neg::ConfirmMatch::no,
            "match_proof(CONFIRM) is no");
+    neg::Fallback fb;
+    fb.flags = neg::kFbWrShut;
+    fb.count = 8000;
+    fb.start = 19000;
+    uint8_t fm[neg::kFallbackSize];
+    neg::encode_fallback(fb, nonce, fm);
+    expect(Bytes(fm, fm + sizeof fm) == fallback_frame(1, 8000, 19000), "encode_fallback differs from the layout");
 
     // The DECLINE reason byte is the Reason enum's value (protocol.md), so the order of
     // src/base/reason.def is part of the wire protocol: a server's decline must mean the
