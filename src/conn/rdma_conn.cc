@@ -28,13 +28,19 @@ Reason Conn::create_resources(std::shared_ptr<rdma::CmId> id, unsigned ring_log2
 {
     if (!sh_.ok())
         return Reason::resource;
-    link_.set_id(std::move(id));
-    auto ctx = link_.cm_id()->context();
+    auto ctx = id->context();
+    {
+        // The link and the ring change under mu_: the program's threads read them there
+        // (a fork or a close deciding TCP, a poll reading the queues).
+        std::lock_guard<std::mutex> lk(mu_);
+        link_.set_id(std::move(id));
+    }
     if (!ctx)
         return Reason::not_rdma_addr;
     kits::Kit k;
     if (Reason r = kits::obtain(ctx, ring_log2, Link::cq_entries(), k); r != Reason::none)
         return r;
+    std::lock_guard<std::mutex> lk(mu_);
     ring_.attach(std::move(k.rx), std::move(k.tx));
     return link_.create(k);
 }

@@ -31,7 +31,9 @@ bool g_building = false;
 ibv_context *g_building_ctx = nullptr;
 unsigned g_building_log2 = 0;
 pid_t g_builder_tid = 0;  // 0 until the builder thread has started
-std::condition_variable g_built;
+// Leaked like g_reserve: a detached builder may still signal it while the process runs
+// its static destructors at exit (found by ThreadSanitizer).
+std::condition_variable &g_built = *new std::condition_variable();
 constexpr int kBuilderNice = 10;  // added to the nice value of the thread that starts it
 // Completion channels made ahead on the program's threads (prepare_channels), for the
 // kits built later on the builder or the progress thread.  Leaked like g_reserve.
