@@ -45,9 +45,15 @@ void set_var(Env &env, const std::string &name, const std::string &value)
     env.push_back(prefix + value);
 }
 
+std::string preload_value(const std::string &lib)
+{
+    const std::string first = env_or("TEST_PRELOAD_FIRST", "");
+    return first.empty() ? lib : first + " " + lib;
+}
+
 Env with_lib(Env env, const std::string &lib, const std::string &log_level, const std::string &log_file)
 {
-    set_var(env, "LD_PRELOAD", lib);
+    set_var(env, "LD_PRELOAD", preload_value(lib));
     if (!log_level.empty())
         set_var(env, "RDMASOCK_LOG_LEVEL", log_level);
     if (!log_file.empty())

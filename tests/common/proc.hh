@@ -16,7 +16,10 @@ using Env = std::vector<std::string>;  // NAME=VALUE entries
 Env base_env();
 // Set (or replace) NAME in env.
 void set_var(Env &env, const std::string &name, const std::string &value);
-// env plus LD_PRELOAD=lib and, when not empty, RDMASOCK_LOG_LEVEL and RDMASOCK_LOG_FILE:
+// The LD_PRELOAD value that loads lib: "$TEST_PRELOAD_FIRST lib" when that is set (a
+// sanitizer's runtime, which must come first: tests/sanitize/run-sanitized), else lib.
+std::string preload_value(const std::string &lib);
+// env plus LD_PRELOAD=preload_value(lib) and, when not empty, RDMASOCK_LOG_LEVEL and RDMASOCK_LOG_FILE:
 // the "with" side.
 Env with_lib(Env env, const std::string &lib, const std::string &log_level = "",
              const std::string &log_file = "");

@@ -1,8 +1,8 @@
 # Hostile-peer tests (tests/offload/hostile_tests.cc): a peer that speaks rdmasock's
 # protocol but sends malformed negotiation messages and out-of-range ring messages
 # (tests/offload/hostile) against a victim (tests/offload/victim) running the library
-# built with AddressSanitizer.  Each case asserts that the victim survives (exit 0, no
-# ASan report), that a well-behaved connection in the same victim process stays on RDMA
+# built with ASan and UBSan.  Each case asserts that the victim survives (exit 0, no
+# sanitizer report), that a well-behaved connection in the same victim process stays on RDMA
 # and byte-exact, and that the bad input is handled as docs/protocol.md says (DECLINE
 # with a reason, fallback to TCP with a reason, or ECONNRESET on that connection only).
 #
@@ -14,11 +14,8 @@
 # tests/offload/hostile_tests.offload.log.  TEST_OFFLOAD_KEEP=1 TEST_OFFLOAD_TMP=DIR keep
 # each case's victim logs (debug level), stdout and stderr.
 #
-# The ASan library: the preload library's own sources compiled in one command with
-# -fsanitize=address into tests/offload/asan/librdmasock.so (a VPATH configure is refused
-# in an already configured source tree), rebuilt whenever librdmasock.la is; the path of
-# the compiler's libasan.so, which must come first in LD_PRELOAD, goes next to it
-# (tests/offload/asan/libasan-path).
+# The victims run the library built under ASan and UBSan, tests/sanitize/asan (see
+# tests/sanitize/local.mk).
 # Paths are relative to the top directory (included from Makefile.am).
 
 check_PROGRAMS += tests/offload/hostile tests/offload/victim tests/offload/hostile_tests
@@ -34,9 +31,7 @@ tests_offload_victim_SOURCES = tests/offload/victim.cc tests/offload/hostile_com
 tests_offload_victim_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
 tests_offload_victim_LDADD = -lpthread
 
-HOSTILE_ASAN_LIB = tests/offload/asan/librdmasock.so
-HOSTILE_ASAN_CC = $(filter %.cc,$(librdmasock_base_la_SOURCES) $(librdmasock_core_la_SOURCES) \
-	$(librdmasock_la_SOURCES) $(librdmasock_engine_la_SOURCES))
+HOSTILE_ASAN_LIB = $(SAN_ASAN_LIB)
 
 tests_offload_hostile_tests_SOURCES = tests/offload/hostile_tests.cc tests/offload/driver.hh
 tests_offload_hostile_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TEST_DYN_LINK \
@@ -47,16 +42,6 @@ tests_offload_hostile_tests_LDADD = tests/common/libtestcommon.a $(BOOST_TEST_LI
 EXTRA_tests_offload_hostile_tests_DEPENDENCIES = tests/offload/hostile$(EXEEXT) \
 	tests/offload/victim$(EXEEXT)
 
-$(HOSTILE_ASAN_LIB): librdmasock.la librdmasock_engine.la preload/librdmasock.map $(HOSTILE_ASAN_CC:%=$(srcdir)/%)
-	$(AM_V_GEN)$(MKDIR_P) tests/offload/asan && \
-	$(CXX) $(DEFS) $(DEFAULT_INCLUDES) $(AM_CPPFLAGS) $(CPPFLAGS) $(AM_CXXFLAGS) \
-	  -O1 -g -fno-omit-frame-pointer -fsanitize=address -fPIC -shared -o $@.tmp \
-	  $(HOSTILE_ASAN_CC:%=$(srcdir)/%) -Wl,-z,defs \
-	  -Wl,--version-script=$(builddir)/preload/librdmasock.map \
-	  $(IBVERBS_LIBS) $(RDMACM_LIBS) $(UNWIND_LIBS) -ldl -lpthread && \
-	$(CXX) -print-file-name=libasan.so > tests/offload/asan/libasan-path && \
-	mv $@.tmp $@
-
 check-hostile: tests/offload/hostile_tests$(EXEEXT) $(HOSTILE_ASAN_LIB)
 	$(top_srcdir)/tests/vm/run --timeout 400 -- $(SHELL) \
 	  $(abs_top_srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/hostile_tests
@@ -65,5 +50,4 @@ check-hostile-guest: tests/offload/hostile_tests$(EXEEXT) $(HOSTILE_ASAN_LIB)
 	$(SHELL) $(srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/hostile_tests
 
 .PHONY: check-hostile check-hostile-guest
-CLEANFILES += tests/offload/hostile_tests.offload.log tests/offload/asan/librdmasock.so \
-	tests/offload/asan/libasan-path
+CLEANFILES += tests/offload/hostile_tests.offload.log

@@ -1,9 +1,9 @@
 // Hostile-peer tests: a peer that speaks rdmasock's protocol (docs/protocol.md) but
 // sends malformed negotiation messages and out-of-range ring messages, against a victim
-// process running librdmasock built with AddressSanitizer.  `make check-hostile` builds
-// tests/offload/asan/librdmasock.so (the library's sources with -fsanitize=address) and
-// runs this program in the soft-RoCE VM (tests/vm/run); the last line is
-// "N passed, N failed", a skip (no RDMA device) is a failure.
+// process running librdmasock built with ASan and UBSan.  `make check-hostile` builds
+// tests/sanitize/asan/librdmasock.so (tests/sanitize/local.mk) and runs this program in
+// the soft-RoCE VM (tests/vm/run); the last line is "N passed, N failed", a skip (no RDMA
+// device) is a failure.
 //
 // Programs: tests/offload/hostile (hostile.cc: the misbehaving peer, no preload),
 // tests/offload/victim (victim.cc: an echo server / a client, run with
@@ -80,7 +80,7 @@ namespace {
 // lib (TEST_HOSTILE_LIB), addr, keep: offload::Config.
 struct HostileConfig : Config {
     HostileConfig() { lib = HOSTILE_ASAN_LIB; }
-    std::string libasan;  // from the library's directory, file libasan-path
+    std::string libasan;  // from the library's directory, file runtime
 } cfg;
 
 // Bytes each honest stream carries per phase.
@@ -543,7 +543,7 @@ int main(int argc, char **argv)
     }
     cfg.read_env("TEST_HOSTILE_LIB");
     std::string dir = cfg.lib.substr(0, cfg.lib.rfind('/') + 1);
-    cfg.libasan = read_file(dir + "libasan-path");
+    cfg.libasan = read_file(dir + "runtime");
     while (!cfg.libasan.empty() && (cfg.libasan.back() == '\n' || cfg.libasan.back() == ' '))
         cfg.libasan.pop_back();
     if (cfg.addr.empty() || access(cfg.lib.c_str(), R_OK) != 0 || access(cfg.libasan.c_str(), R_OK) != 0) {

@@ -137,7 +137,7 @@ Env side_env(const Side &s, const TempDir &dir, const std::string &name)
 {
     Env env = base_env();
     if (s.lib) {
-        set_var(env, "LD_PRELOAD", cfg.lib);
+        set_var(env, "LD_PRELOAD", preload_value(cfg.lib));
         set_var(env, "RDMASOCK_LOG_LEVEL", cfg.log_level);
         set_var(env, "RDMASOCK_LOG_FILE", peer_log_file(dir, name));
         // Connection setup under TCG takes tens of ms: a generous probe timeout.
@@ -1900,7 +1900,7 @@ struct ProgRun {
 Env prog_env(const std::string &log, bool wait = true)
 {
     Env env = base_env();
-    set_var(env, "LD_PRELOAD", cfg.lib);
+    set_var(env, "LD_PRELOAD", preload_value(cfg.lib));
     set_var(env, "RDMASOCK_LOG_LEVEL", cfg.log_level);
     set_var(env, "RDMASOCK_LOG_FILE", log);
     set_var(env, "RDMASOCK_PROBE_TIMEOUT_MS", "3000");

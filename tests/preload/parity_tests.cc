@@ -297,7 +297,8 @@ void check_offload(const std::vector<std::string> &args, const testcommon::Close
                                                                                  << "\n" << log);
 }
 
-const std::string kLib = RDMASOCK_BUILD_LIB;
+// TEST_PARITY_LIB: another build of the library (tests/sanitize/run-sanitized).
+const std::string kLib = testcommon::env_or("TEST_PARITY_LIB", RDMASOCK_BUILD_LIB);
 const std::string kProbe = SOCKPROBE;
 constexpr int kTimeoutMs = 30000;
 // RDMA mode: sockprobe's own watchdog is 40 s there (probe timeouts in connect, and a
