@@ -45,6 +45,10 @@
 //   not malformed: the victim must report ECONNRESET)
 //   write_outside_ring (64 bytes WRITE_WITH_IMM DATA(64) at ring address + ring size:
 //   the victim's NIC must refuse it, remote access error)
+//   rdma_read, atomic (an RDMA READ of 4 KiB of the victim's ring, an atomic
+//   fetch-and-add on its first 8 bytes, from a queue pair of our own that may issue
+//   them, which rdma_cm would not give us: the victim's NIC must refuse both, nothing
+//   lands in our buffer)
 //   data_after_fin (FIN, then once the victim has closed, DATA(16) with 16 bytes)
 //   tcp_after_confirm (not a ring fault: 100 bytes of 0xEE on TCP right after the
 //   CONFIRM, then N honest pattern bytes on the ring and FIN; the victim must deliver
@@ -54,6 +58,7 @@
 //   victim must switch, and never deliver the CONFIRM as stream bytes)
 // then wait (bounded) for the victim to close the TCP connection, keeping ours open.
 //   rdma_sent, ring_echo_ok  tcp_after_confirm: ring bytes sent, echo exact (1/0)
+//   leaked      rdma_read, atomic: bytes landed in our buffer (1/0)
 //
 // Server cases (the victim client writes N pattern bytes and shuts down; a fallen back
 // connection is echoed on TCP):
@@ -179,6 +184,7 @@ struct Out {
     std::string tcp_end = "none";
     uint64_t rdma_sent = 0;  // pattern bytes we wrote into the victim's ring
     int ring_echo_ok = -1;   // the victim's echo of them arrived exactly in our ring
+    int leaked = -1;         // rdma_read, atomic: our landing buffer changed (1/0)
     int proof = -1;
     int64_t proof_at = -1;
     int64_t ring_msgs = -1, ring_data = -1, ring_switch = -1, ring_bytes = -1;
@@ -192,11 +198,11 @@ struct Out {
                " sent_hash=%016" PRIx64 " tcp_received=%zu recv_hash=%016" PRIx64
                " echo_ok=%d first_confirm=%d tcp_end=%s rdma_sent=%" PRIu64 " ring_echo_ok=%d proof=%d"
                " proof_at=%" PRId64 " ring_msgs=%" PRId64 " ring_data=%" PRId64 " ring_switch=%" PRId64
-               " ring_bytes=%" PRId64 " squat_uid=%ld\n",
+               " ring_bytes=%" PRId64 " squat_uid=%ld leaked=%d\n",
                kase.c_str(), local_port, cm.c_str(), decline.c_str(), cm_after.c_str(), wc.c_str(),
                tcp_sent, sent_hash.h, recv_bytes.size(), recv_hash.h, echo ? 1 : 0, first_confirm,
                tcp_end.c_str(), rdma_sent, ring_echo_ok, proof, proof_at, ring_msgs, ring_data, ring_switch,
-               ring_bytes, squat_uid);
+               ring_bytes, squat_uid, leaked);
         fflush(stdout);
     }
 };
@@ -305,6 +311,7 @@ struct Cm {
 
 struct Qp {
     rdma_cm_id *id = nullptr;
+    ibv_qp *qp = nullptr;  // id->qp, or our own (create(.., true))
     ibv_pd *pd = nullptr;
     ibv_cq *cq = nullptr;
     ibv_mr *mr = nullptr;   // our receive ring (remote write)
@@ -315,7 +322,10 @@ struct Qp {
     uint64_t imm_bytes = 0;      // bytes the peer's writes with immediate carried
     bool repost = false;         // a receive posted again for each one consumed
 
-    void create(rdma_cm_id *cid)
+    // own: a queue pair of ours that rdma_cm does not drive (connect_own(), then
+    // establish_own() at the CONNECT_RESPONSE), so that we choose its attributes: it may
+    // issue RDMA READs and atomics whatever the victim's answer says.
+    void create(rdma_cm_id *cid, bool own = false)
     {
         id = cid;
         pd = ibv_alloc_pd(id->verbs);
@@ -327,8 +337,15 @@ struct Qp {
         a.send_cq = a.recv_cq = cq;
         a.cap.max_send_wr = a.cap.max_recv_wr = kDepth;
         a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-        if (rdma_create_qp(id, pd, &a) != 0)
+        if (own) {
+            qp = ibv_create_qp(pd, &a);
+            if (!qp || !move_own(IBV_QPS_INIT, 0))
+                die("ibv_create_qp, INIT");
+        } else if (rdma_create_qp(id, pd, &a) != 0) {
             die("rdma_create_qp");
+        } else {
+            qp = id->qp;
+        }
         size = size_t{1} << kOurLog2;
         ring = static_cast<uint8_t *>(aligned_alloc(4096, size));
         stage = static_cast<uint8_t *>(aligned_alloc(4096, size));
@@ -346,7 +363,31 @@ struct Qp {
     int post_recv()
     {
         ibv_recv_wr wr{}, *bad = nullptr;
-        return ibv_post_recv(id->qp, &wr, &bad);
+        return ibv_post_recv(qp, &wr, &bad);
+    }
+    // Our own queue pair to `state` with the attributes rdma_cm gives for it; at RTS,
+    // rd_atomic outstanding RDMA READs and atomics (rdma_cm would give what the peer
+    // offered, which is none for the victim).
+    bool move_own(ibv_qp_state state, int rd_atomic)
+    {
+        ibv_qp_attr attr{};
+        int mask = 0;
+        attr.qp_state = state;
+        if (rdma_init_qp_attr(id, &attr, &mask) != 0)
+            return false;
+        if (state == IBV_QPS_RTS) {
+            attr.max_rd_atomic = static_cast<uint8_t>(rd_atomic);
+            mask |= IBV_QP_MAX_QP_RD_ATOMIC;
+        }
+        return ibv_modify_qp(qp, &attr, mask) == 0;
+    }
+    // At the CONNECT_RESPONSE of our own queue pair: INIT again (the access flags the
+    // connection gives, remote write among them: before it they were none), RTR, RTS,
+    // then rdma_establish.
+    bool establish_own()
+    {
+        return move_own(IBV_QPS_INIT, 0) && move_own(IBV_QPS_RTR, 0) && move_own(IBV_QPS_RTS, 1) &&
+               rdma_establish(id) == 0;
     }
     // A receive completion (wr_id 0: the opcode of a failed completion is not defined).
     void take(const ibv_wc &wc)
@@ -381,18 +422,43 @@ struct Qp {
     // to raddr; returns the send completion's status (or -1 when none came in time).
     int write(uint64_t raddr, uint32_t rkey, uint32_t len, const uint32_t *imm)
     {
-        ibv_sge sge{reinterpret_cast<uint64_t>(stage), len, smr->lkey};
-        ibv_send_wr wr{}, *bad = nullptr;
-        wr.wr_id = 1;
-        wr.sg_list = len ? &sge : nullptr;
-        wr.num_sge = len ? 1 : 0;
+        ibv_send_wr wr{};
         wr.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
         if (imm)
             wr.imm_data = htonl(*imm);
-        wr.send_flags = IBV_SEND_SIGNALED;
         wr.wr.rdma.remote_addr = raddr;
         wr.wr.rdma.rkey = rkey;
-        if (ibv_post_send(id->qp, &wr, &bad) != 0)
+        return post_wait(wr, len);
+    }
+    // One signalled RDMA READ of len bytes at raddr, or an 8-byte atomic fetch-and-add
+    // there, landing in the staging buffer; returns the completion's status.
+    int fetch(bool atomic, uint64_t raddr, uint32_t rkey, uint32_t len)
+    {
+        ibv_send_wr wr{};
+        if (atomic) {
+            wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+            wr.wr.atomic.remote_addr = raddr;
+            wr.wr.atomic.rkey = rkey;
+            wr.wr.atomic.compare_add = 1;
+            len = 8;
+        } else {
+            wr.opcode = IBV_WR_RDMA_READ;
+            wr.wr.rdma.remote_addr = raddr;
+            wr.wr.rdma.rkey = rkey;
+        }
+        return post_wait(wr, len);
+    }
+    // Post wr (signalled, len bytes of the staging buffer) and wait for its completion;
+    // returns its status (or -1 when none came in time).
+    int post_wait(ibv_send_wr &wr, uint32_t len)
+    {
+        ibv_sge sge{reinterpret_cast<uint64_t>(stage), len, smr->lkey};
+        ibv_send_wr *bad = nullptr;
+        wr.wr_id = 1;
+        wr.sg_list = len ? &sge : nullptr;
+        wr.num_sge = len ? 1 : 0;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        if (ibv_post_send(qp, &wr, &bad) != 0)
             die("ibv_post_send");
         long long deadline = now_ms() + kWaitMs;
         int status = -1;
@@ -536,7 +602,8 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         "data_before_confirm",
         "data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client",
         "write_outside_ring", "peer_reset", "hello_family", "hello_unaligned", "hello_addr_wrap",
-        "hello_zero_nonce", "hello_zero_port", "tcp_after_confirm", "data_after_fin", "confirm_late", "hello_late"};
+        "hello_zero_nonce", "hello_zero_port", "tcp_after_confirm", "data_after_fin", "confirm_late", "hello_late",
+        "rdma_read", "atomic"};
     if (!known_case(known, sizeof known / sizeof known[0], kase, "client"))
         return 4;
 
@@ -565,8 +632,10 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
     if (rdma_resolve_route(id, 2000) != 0 || !cm.next(kWaitMs, &t, &eid, nullptr) ||
         t != RDMA_CM_EVENT_ROUTE_RESOLVED)
         die("resolve route");
+    // rdma_read, atomic: a queue pair that may issue them (rdma_cm would not let it).
+    const bool reads = kase == "rdma_read" || kase == "atomic";
     Qp qp;
-    qp.create(id);
+    qp.create(id, reads);
 
     neg::Hello h;
     h.family = AF_INET;
@@ -619,12 +688,23 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         usleep(static_cast<useconds_t>(kLateConfirmMs) * 1000);  // past the victim's wait for a request
     rdma_conn_param param;
     conn_param(&param, hello, hello_len);
+    if (reads) {
+        param.qp_num = qp.qp->qp_num;
+        param.initiator_depth = 1;
+    }
     if (rdma_connect(id, &param) != 0)
         die("rdma_connect");
     // The parked-request deadline of a victim is 2 x its probe timeout: wait longer.
     if (!cm.next(2 * kWaitMs, &t, &eid, &pdata)) {
         out.cm = "none";
         return finish(0);
+    }
+    if (reads && t == RDMA_CM_EVENT_CONNECT_RESPONSE) {
+        // (our own queue pair: the victim's acceptance, the connection is then ours to
+        // establish; reported as ESTABLISHED, as rdma_cm reports it for the others)
+        if (!qp.establish_own())
+            die("RTR/RTS/rdma_establish");
+        t = RDMA_CM_EVENT_ESTABLISHED;
     }
     out.cm = event_name(t);
     out.decline = decline_of(pdata);
@@ -782,6 +862,12 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
             memset(qp.stage, 0xEE, 64);
             imm = neg::make_imm(neg::Imm::data, 64);
             st = qp.write(acc.ring.addr + vsize, acc.ring.rkey, 64, &imm);
+        } else if (kase == "rdma_read" || kase == "atomic") {
+            // Read the victim's ring (the good client's bytes could be there) or add to
+            // it: a remote-write-only region must refuse both; our landing bytes stay.
+            memset(qp.stage, 0xEE, 4096);
+            st = qp.fetch(kase == "atomic", acc.ring.addr, acc.ring.rkey, 4096);
+            out.leaked = std::any_of(qp.stage, qp.stage + 4096, [](uint8_t b) { return b != 0xEE; }) ? 1 : 0;
         }
         out.wc = wc_name(st);
         // The victim resets the connection and closes it: its TCP socket closes.  Our

@@ -232,7 +232,8 @@ enum class Outcome {
 struct Expect {
     std::string cm;        // the hostile's rdma_cm result
     std::string decline;   // the DECLINE's reason ("none": no DECLINE)
-    std::string wc;        // the hostile's last send status ("none": no ring message, "*": any)
+    std::string wc;        // the hostile's last send status ("none": no ring message, "*": any,
+                           // "error": any completion error)
     std::string cm_after;  // a later rdma_cm event ("none": not checked)
     Outcome outcome;
     std::string reason;    // the victim connection's reason (tcp_exact)
@@ -292,8 +293,15 @@ void client_case(const std::string &kase, const Expect &e)
     BOOST_CHECK_MESSAGE(get(hr, "cm") == e.cm, ctx << "rdma_cm answer " << get(hr, "cm") << ", expected " << e.cm);
     BOOST_CHECK_MESSAGE(get(hr, "decline") == e.decline,
                         ctx << "DECLINE " << get(hr, "decline") << ", expected " << e.decline);
-    if (e.wc != "*")
+    if (e.wc == "error")
+        BOOST_CHECK_MESSAGE(get(hr, "wc") != "SUCCESS" && get(hr, "wc") != "none",
+                            ctx << "send status " << get(hr, "wc") << ", expected an error");
+    else if (e.wc != "*")
         BOOST_CHECK_MESSAGE(get(hr, "wc") == e.wc, ctx << "send status " << get(hr, "wc") << ", expected " << e.wc);
+    BOOST_CHECK_MESSAGE(get(hr, "leaked") != "1", ctx << "an RDMA READ or atomic brought the victim's bytes");
+    BOOST_TEST_MESSAGE(kase << ": the hostile's last completion " << get(hr, "wc") << ", bytes landed "
+                            << get(hr, "leaked") << "; the victim's connection: " << get(bad, "transport") << " "
+                            << get(bad, "err"));
     if (e.cm_after != "none")
         BOOST_CHECK_MESSAGE(get(hr, "cm_after") == e.cm_after,
                             ctx << "later rdma_cm event " << get(hr, "cm_after") << ", expected " << e.cm_after);
@@ -468,6 +476,9 @@ bool init_tests()
         client_case("write_outside_ring",
                     {"ESTABLISHED", "none", "REM_ACCESS_ERR", "none", reset, "", "completion error remote access error"});
     });
+    // A queue pair that may issue RDMA READs and atomics: the ring is remote write only.
+    for (std::string k : {"rdma_read", "atomic"})
+        add(ring, k, [k, reset] { client_case(k, {"ESTABLISHED", "none", "error", "none", reset, ""}); });
     // RESET is not malformed: documented as ECONNRESET for the peer (no check fires).
     add(ring, "peer_reset", [reset] { client_case("peer_reset", {"ESTABLISHED", "none", "success", "none", reset, ""}); });
     // DATA after the FIN, sent once the victim has read EOF and closed: it must survive
