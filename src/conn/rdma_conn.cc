@@ -41,6 +41,14 @@ Reason Conn::create_resources(std::shared_ptr<rdma::CmId> id, unsigned ring_log2
     if (Reason r = kits::obtain(ctx, ring_log2, Link::cq_entries(), k); r != Reason::none)
         return r;
     std::lock_guard<std::mutex> lk(mu_);
+    // A client decided TCP meanwhile (a fork: decide_tcp_locked found no queue pair to
+    // stop) must not go on: a queue pair would take the server's PROOF_AT, and the server
+    // would then write its PROOF into a stream that now belongs to the program.
+    if (side_ == Side::client && (sw_.phase() != Phase::maybe || sw_.deferred_tcp() != Reason::none)) {
+        k.rx.release();
+        k.tx.release();
+        return Reason::closed_early;
+    }
     ring_.attach(std::move(k.rx), std::move(k.tx));
     return link_.create(k);
 }
