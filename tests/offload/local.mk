@@ -5,7 +5,7 @@
 # the soft-RoCE VM (tests/vm/run --nordma-ns), where a skip or any failure fails.
 # Paths are relative to the top directory (included from Makefile.am).
 
-check_PROGRAMS += tests/offload/peer tests/offload/kvclient tests/offload/churn tests/offload/offload_tests
+check_PROGRAMS += tests/offload/peer tests/offload/kvclient tests/offload/churn tests/offload/soak tests/offload/offload_tests
 TESTS += tests/offload/offload_tests
 
 # The program under test: plain C++, no Boost; it runs with and without the library.
@@ -17,6 +17,9 @@ tests_offload_kvclient_SOURCES = tests/offload/kvclient.cc
 tests_offload_kvclient_LDADD = -lpthread
 # One process, both ends of short connections at a descriptor limit (scale/short_connections).
 tests_offload_churn_SOURCES = tests/offload/churn.cc
+# A long-lived server under random clients (soak/bounded).
+tests_offload_soak_SOURCES = tests/offload/soak.cc
+tests_offload_soak_LDADD = -lpthread
 
 tests_offload_offload_tests_SOURCES = tests/offload/offload_tests.cc tests/offload/driver.hh
 tests_offload_offload_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TEST_DYN_LINK \
@@ -24,13 +27,14 @@ tests_offload_offload_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TE
 	-DOFFLOAD_PEER='"$(abs_top_builddir)/tests/offload/peer$(EXEEXT)"' \
 	-DOFFLOAD_KVCLIENT='"$(abs_top_builddir)/tests/offload/kvclient$(EXEEXT)"' \
 	-DOFFLOAD_CHURN='"$(abs_top_builddir)/tests/offload/churn$(EXEEXT)"' \
+	-DOFFLOAD_SOAK='"$(abs_top_builddir)/tests/offload/soak$(EXEEXT)"' \
 	-DOFFLOAD_TOOL='"$(abs_top_builddir)/tools/rdmasock$(EXEEXT)"' \
 	-DOFFLOAD_IPERF_SCRIPT='"$(abs_top_srcdir)/tools/rdmasock-iperf"' \
 	-DOFFLOAD_EMPTY_PRELOAD='"$(abs_top_builddir)/tests/offload/empty_preload.so"'
 tests_offload_offload_tests_LDADD = tests/common/libtestcommon.a $(BOOST_TEST_LIBS) -lpthread
 # The tests run the preload library and the peer.
 EXTRA_tests_offload_offload_tests_DEPENDENCIES = librdmasock.la librdmasock_engine.la tests/offload/peer$(EXEEXT) tests/offload/kvclient$(EXEEXT) \
-	tests/offload/churn$(EXEEXT) tests/offload/empty_preload.so
+	tests/offload/churn$(EXEEXT) tests/offload/soak$(EXEEXT) tests/offload/empty_preload.so
 
 # An empty library to preload: the floor of system/start_cost.
 tests/offload/empty_preload.so: $(srcdir)/tests/offload/empty_preload.cc
@@ -63,3 +67,9 @@ check-offload-2vm: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEE
 .PHONY: check-offload check-offload-guest check-offload-2vm
 EXTRA_DIST += tests/offload/run-offload-tests tests/offload/README.md
 CLEANFILES += tests/offload/*.offload.log tests/offload/*.2vm.log
+
+# The soak (soak/bounded, 60 s in check-offload) for longer: TEST_SOAK_SECS, default 600.
+check-soak: tests/offload/offload_tests$(EXEEXT) tests/offload/soak$(EXEEXT) librdmasock.la librdmasock_engine.la
+	$(top_srcdir)/tests/vm/run --nordma-ns --timeout 1500 -- env TEST_SOAK_SECS=$${TEST_SOAK_SECS:-600} $(SHELL) \
+	  $(abs_top_srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/offload_tests --run_test=soak
+.PHONY: check-soak
