@@ -456,6 +456,20 @@ void Conn::finish_proof_locked(std::unique_lock<std::mutex> &lk) noexcept
     }
 }
 
+void Conn::take_proof_locked(std::unique_lock<std::mutex> &lk) noexcept
+{
+    const auto until = Clock::now() + std::chrono::milliseconds(200);
+    while (side_ == Side::client && sw_.phase() == Phase::maybe && sw_.at_proof_offset() && !closed_ &&
+           Clock::now() < until) {
+        if (presw_step_locked() != 0)
+            break;
+        lk.unlock();
+        pollfd pf{tcp_fd_, POLLIN, 0};
+        RS_REAL(poll)(&pf, 1, 10);
+        lk.lock();
+    }
+}
+
 ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
 {
     // Declared before the lock, so it runs after the lock is released (the engine's lock
@@ -626,12 +640,20 @@ int Conn::shutdown(int fd, int how) noexcept
             return RS_REAL(shutdown)(fd, SHUT_RD) < 0 ? -errno : 0;
         return 0;
     }
+    // A kernel socket whose FIN is out and which reads no more answers any byte that
+    // still arrives with a reset.  Before the switch, bytes of ours may still come after
+    // the program's last ones (a PROOF to the client, a CONFIRM to the server): a
+    // shutdown of both directions must not reach the kernel before them.
+    const bool ends_both = how == SHUT_RDWR || (how == SHUT_WR ? sw_.tcp_shut_rd() : sw_.tcp_shut_wr());
     const bool client_held = side_ == Side::client && sw_.phase() == Phase::maybe && sw_.established() &&
                              sw_.deferred_tcp() == Reason::none;
-    if (side_ == Side::client && sw_.phase() == Phase::maybe && !(client_held && how != SHUT_RD))
+    if (side_ == Side::client && sw_.phase() == Phase::maybe && !(client_held && how != SHUT_RD)) {
         decide_tcp_locked(Reason::closed_early);  // a switch could not send its CONFIRM
+        if (ends_both)
+            take_proof_locked(lk);  // (still undecided: its PROOF is on its way)
+    }
     const bool server_held =
-        side_ == Side::server && sw_.phase() == Phase::verifying && !sw_.proof_written();
+        side_ == Side::server && sw_.phase() == Phase::verifying && (!sw_.proof_written() || ends_both);
     if ((client_held || server_held) && how != SHUT_RD) {
         // A server's PROOF (to come: the RDMA connection may not even be established
         // yet), a client's CONFIRM (once it has the PROOF) must stand in the stream

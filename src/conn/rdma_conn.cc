@@ -240,15 +240,8 @@ bool Conn::close_connection(bool abortive, int linger_s) noexcept
         // the server's write).  (Bytes of the program's left unread reset the connection
         // at close, as the kernel's TCP does.)
         decide_tcp_locked(Reason::closed_early);
-        const auto until = Clock::now() + std::chrono::milliseconds(200);
-        while (!abortive && sw_.phase() == Phase::maybe && sw_.at_proof_offset() && Clock::now() < until) {
-            if (presw_step_locked() != 0)
-                break;
-            lk.unlock();
-            pollfd pf{tcp_fd_, POLLIN, 0};
-            RS_REAL(poll)(&pf, 1, 10);
-            lk.lock();
-        }
+        if (!abortive)
+            take_proof_locked(lk);
         return false;
     }
     if (side_ == Side::server && !closed_)

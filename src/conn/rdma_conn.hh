@@ -331,6 +331,10 @@ private:
     // Server: the PROOF due goes into the stream before the end of it (shutdown, close),
     // waited for (bounded); never written, the connection is TCP (closed_early).
     void finish_proof_locked(std::unique_lock<std::mutex> &lk) noexcept;
+    // Client, decided TCP while a PROOF_AT had come (its PROOF on its way): the PROOF is
+    // taken out of the stream once it is next, briefly waited for (it follows its
+    // PROOF_AT by the server's write), before the end of the stream (close, shutdown).
+    void take_proof_locked(std::unique_lock<std::mutex> &lk) noexcept;
     // Server: the program's shutdown(SHUT_WR) that waited for the PROOF (shut_held_)
     // reaches the TCP socket now.
     void release_shutdown_locked() noexcept;
