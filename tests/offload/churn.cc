@@ -22,58 +22,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <string>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
+#include "tests/common/io.hh"
+#include "tests/common/time.hh"
+
+using namespace testcommon;
+
 namespace {
-
-long now_ms()
-{
-    timespec t{};
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
-}
-
-int open_fds()
-{
-    int n = 0;
-    if (DIR *d = opendir("/proc/self/fd")) {
-        while (dirent *e = readdir(d))
-            if (e->d_name[0] != '.')
-                ++n;
-        closedir(d);
-        --n;  // the directory's own descriptor
-    }
-    return n;
-}
-
-// Blocking calls with a 10 s timeout: a lost byte fails the run instead of hanging it.
-void set_timeouts(int fd)
-{
-    timeval tv{10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-}
-
-bool read_all(int fd, unsigned char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-        if (r <= 0) {
-            if (r == 0)
-                errno = ENODATA;  // (reported as: the stream ended early)
-            return false;
-        }
-        p += r;
-        n -= static_cast<size_t>(r);
-    }
-    return true;
-}
 
 void fill(unsigned char *p, size_t n, unsigned seed)
 {
@@ -86,8 +46,8 @@ void fill(unsigned char *p, size_t n, unsigned seed)
 int settled_fds(int target)
 {
     int n = open_fds();
-    long same_since = now_ms();
-    for (long end = now_ms() + 20000; now_ms() < end && n > target && now_ms() - same_since < 3000;) {
+    double same_since = now_ms();
+    for (double end = now_ms() + 20000; now_ms() < end && n > target && now_ms() - same_since < 3000;) {
         usleep(100000);
         int m = open_fds();
         if (m != n)
@@ -144,7 +104,7 @@ int main(int argc, char **argv)
     long cycles = 0;
     const long warm_at = conns / 10 > 1000 ? 1000 : conns / 10;
     int fds_warm = -1;
-    long t0 = now_ms();
+    double t0 = now_ms();
     auto fail = [&](const char *what) {
         char b[128];
         snprintf(b, sizeof b, "cycle %ld: %s: %s", cycles, what, strerror(errno));
@@ -159,7 +119,7 @@ int main(int argc, char **argv)
             fail("socket");
             break;
         }
-        set_timeouts(c);
+        set_io_timeouts(c, 10);  // (a lost byte fails the run instead of hanging it)
         if (connect(c, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0) {
             fail("connect");
             close(c);
@@ -171,7 +131,7 @@ int main(int argc, char **argv)
             close(c);
             break;
         }
-        set_timeouts(s);
+        set_io_timeouts(s, 10);
         bool ok = false;
         if (write(c, req, sizeof req) != sizeof req)
             fail("client write");
@@ -193,12 +153,12 @@ int main(int argc, char **argv)
                 fds_max = n;
         }
         if (cycles + 1 == warm_at) {
-            const long paused = now_ms();
+            const double paused = now_ms();
             fds_warm = settled_fds(-1);
             t0 += now_ms() - paused;
         }
     }
-    const long ms = now_ms() - t0;
+    const long ms = static_cast<long>(now_ms() - t0);
     const int fds_after = settled_fds(fds_warm);
     printf("cycles=%ld errors=%d fds_before=%d fds_warm=%d fds_max=%d fds_after=%d ms=%ld%s%s\n", cycles,
            first_error.empty() ? 0 : 1, fds_before, fds_warm, fds_max, fds_after, ms,

@@ -17,9 +17,10 @@ tests_offload_kvclient_SOURCES = tests/offload/kvclient.cc
 tests_offload_kvclient_LDADD = -lpthread
 # One process, both ends of short connections at a descriptor limit (scale/short_connections).
 tests_offload_churn_SOURCES = tests/offload/churn.cc
+tests_offload_churn_LDADD = tests/common/libtestcommon.a
 # A long-lived server under random clients (soak/bounded).
 tests_offload_soak_SOURCES = tests/offload/soak.cc
-tests_offload_soak_LDADD = -lpthread
+tests_offload_soak_LDADD = tests/common/libtestcommon.a -lpthread
 
 tests_offload_offload_tests_SOURCES = tests/offload/offload_tests.cc tests/offload/driver.hh
 tests_offload_offload_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TEST_DYN_LINK \

@@ -37,20 +37,17 @@
 #include <random>
 #include <string>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
 
-namespace {
+#include "tests/common/io.hh"
+#include "tests/common/time.hh"
 
-long now_ms()
-{
-    timespec t{};
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
-}
+using namespace testcommon;
+
+namespace {
 
 void fill(unsigned char *p, size_t n, uint64_t seed)
 {
@@ -59,45 +56,6 @@ void fill(unsigned char *p, size_t n, uint64_t seed)
         x = x * 6364136223846793005ULL + 1442695040888963407ULL;
         p[i] = static_cast<unsigned char>(x >> 56);
     }
-}
-
-// Blocking calls with a 20 s timeout: a lost byte fails the run instead of hanging it.
-void set_timeouts(int fd)
-{
-    timeval tv{20, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-}
-
-bool read_all(int fd, unsigned char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            if (r == 0)
-                errno = ENODATA;
-            return false;
-        }
-        p += r;
-        n -= static_cast<size_t>(r);
-    }
-    return true;
-}
-
-bool write_all(int fd, const unsigned char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return false;
-        p += w;
-        n -= static_cast<size_t>(w);
-    }
-    return true;
 }
 
 void put64(unsigned char *p, uint64_t v)
@@ -139,7 +97,7 @@ void serve(int fd)
             bad = true;
             break;
         }
-        if (!write_all(fd, got.data(), len))
+        if (!send_all(fd, got.data(), len))
             break;
     }
     g_bad += bad ? 1 : 0;
@@ -173,7 +131,7 @@ int run_server(const sockaddr_in &at)
             perror("accept");
             return 1;
         }
-        set_timeouts(c);
+        set_io_timeouts(c, 20);  // (a lost byte fails the run instead of hanging it)
         std::thread(serve, c).detach();
     }
     printf("served=%ld bad=%ld\n", g_served.load(), g_bad.load());
@@ -207,7 +165,7 @@ struct Client {
                 close(fd);
             return -1;
         }
-        set_timeouts(fd);
+        set_io_timeouts(fd, 20);  // (a lost byte fails the run instead of hanging it)
         return fd;
     }
     size_t size()
@@ -224,7 +182,7 @@ struct Client {
         put64(out.data(), len);
         put64(out.data() + 8, seed);
         fill(out.data() + 16, len, seed);
-        if (!write_all(fd, out.data(), out.size())) {
+        if (!send_all(fd, out.data(), out.size())) {
             fail("write");
             return false;
         }
@@ -272,7 +230,7 @@ struct Client {
                 put64(b.data(), 8u << 20);
                 put64(b.data() + 8, 1);
                 fill(b.data() + 16, 8u << 20, 1);
-                write_all(fd, b.data(), b.size());
+                send_all(fd, b.data(), b.size());
             }
             _exit(0);
         }
@@ -333,16 +291,21 @@ struct Client {
             return;
         }
         ssize_t got = -2;
+        int read_errno = 0;
+        unsigned char b[64] = {};
         std::thread t([&] {
-            unsigned char b[64];
             got = read(fd, b, sizeof b);
+            read_errno = errno;
         });
         usleep(static_cast<useconds_t>(rng() % 20) * 1000);
         shutdown(fd, SHUT_RDWR);
         t.join();
         if (got != 0) {
-            errno = got < 0 ? errno : EBADMSG;
-            fail("a read woken by shutdown did not see EOF");
+            char what[160];
+            snprintf(what, sizeof what, "a read woken by shutdown returned %zd, not EOF (first bytes %02x%02x%02x%02x)",
+                     got, b[0], b[1], b[2], b[3]);
+            errno = got < 0 ? read_errno : EBADMSG;
+            fail(what);
         }
         close(fd);
     }
@@ -356,12 +319,12 @@ int run_client(const sockaddr_in &srv, long secs, uint64_t seed, const std::stri
     c.srv = srv;
     c.rng.seed(seed);
     long counts[5] = {};
-    const long end = now_ms() + secs * 1000;
+    const double end = now_ms() + static_cast<double>(secs) * 1000;
     long ops = 0;
     for (; now_ms() < end; ++ops) {
         unsigned op = static_cast<unsigned>(c.rng() % 10);
-        if (c.only == "fork_close")
-            op = 6;
+        if (!c.only.empty())  // (--only NAME: the first value of op that names it)
+            op = c.only == "exchange" ? 0 : c.only == "kill9" ? 5 : c.only == "fork_close" ? 6 : c.only == "dup2" ? 7 : 9;
         c.op = op < 5 ? "exchange" : op < 6 ? "kill9" : op < 7 ? "fork_close" : op < 9 ? "dup2" : "shut_read";
         if (op < 5) {
             c.exchange();
