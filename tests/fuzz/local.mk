@@ -1,4 +1,5 @@
-# Fuzzing the decoders of peer input (src/wire/negotiate.*) and the offload rules parser
+# Fuzzing the decoders of peer input (src/wire/negotiate.*), the receive path (src/conn/ring.*,
+# src/conn/switchover.*: fuzz_ring) and the offload rules parser
 # (src/config/rules.*): see tests/fuzz/README.md.
 #
 # `make check` builds the targets with $(CXX) in replay mode (tests/fuzz/fuzz_replay) and
@@ -8,7 +9,7 @@
 # runs one.  New inputs go to tests/fuzz/work/<target>/ (the committed seed corpus is
 # only read), crash inputs to tests/fuzz/artifacts/.  Needs clang and libclang-rt-14-dev.
 
-FUZZ_TARGETS = hello accept decline confirm proof fallback roundtrip rules
+FUZZ_TARGETS = hello accept decline confirm proof fallback roundtrip rules ring
 
 # --- replay mode: part of every `make check` ---------------------------------------------
 check_PROGRAMS += tests/fuzz/fuzz_replay
@@ -17,7 +18,9 @@ tests_fuzz_fuzz_replay_SOURCES = tests/fuzz/replay_main.cc tests/fuzz/seeds.cc \
 	tests/fuzz/seeds.hh tests/fuzz/fuzz.hh \
 	tests/fuzz/fuzz_hello.cc tests/fuzz/fuzz_accept.cc tests/fuzz/fuzz_decline.cc \
 	tests/fuzz/fuzz_confirm.cc tests/fuzz/fuzz_proof.cc tests/fuzz/fuzz_fallback.cc tests/fuzz/fuzz_roundtrip.cc tests/fuzz/fuzz_rules.cc \
-	src/wire/negotiate.cc src/base/reason.cc src/config/rules.cc src/config/config.cc
+	tests/fuzz/fuzz_ring.cc
+# The code under test: the core (fuzz_ring needs the connection's receive path).
+tests_fuzz_fuzz_replay_LDADD = librdmasock_core.la librdmasock_base.la $(IBVERBS_LIBS) $(RDMACM_LIBS) -lpthread
 tests_fuzz_fuzz_replay_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DRS_FUZZ_CORPUS='"$(abs_top_srcdir)/tests/fuzz/corpus"'
 
@@ -83,6 +86,13 @@ FUZZ_CORPUS = \
 	tests/fuzz/corpus/roundtrip/valid-padded \
 	tests/fuzz/corpus/roundtrip/zeros \
 	tests/fuzz/corpus/roundtrip/short \
+	tests/fuzz/corpus/ring/client-prefix \
+	tests/fuzz/corpus/ring/client-proof-at \
+	tests/fuzz/corpus/ring/credit-unsent-reset \
+	tests/fuzz/corpus/ring/data-after-fin \
+	tests/fuzz/corpus/ring/over-grant \
+	tests/fuzz/corpus/ring/server-switch \
+	tests/fuzz/corpus/ring/stream-wrap \
 	tests/fuzz/corpus/rules/valid \
 	tests/fuzz/corpus/rules/bad-lines \
 	tests/fuzz/corpus/rules/ipv6 \
@@ -109,6 +119,14 @@ FUZZ_CORE_DEPS = $(top_srcdir)/src/wire/negotiate.hh $(top_srcdir)/src/base/reas
 FUZZ_SRCS = $(top_srcdir)/src/wire/negotiate.cc $(top_srcdir)/src/base/reason.cc \
 	$(top_srcdir)/src/config/rules.cc $(top_srcdir)/src/config/config.cc
 FUZZ_OBJS = $(patsubst %.cc,$(FUZZ_BIN)/%.o,$(notdir $(FUZZ_SRCS)))
+# fuzz_ring (the connection's receive path) links the rest of the core as well, and
+# rdma-core (the ring's memory and the link are verbs objects; no device is opened).
+FUZZ_CORE_SRCS = $(filter-out $(FUZZ_SRCS),$(addprefix $(top_srcdir)/,$(filter %.cc,\
+	$(librdmasock_core_la_SOURCES) $(librdmasock_base_la_SOURCES))))
+FUZZ_CORE_OBJS = $(patsubst %.cc,$(FUZZ_BIN)/%.o,$(notdir $(FUZZ_CORE_SRCS)))
+FUZZ_CORE_HDRS = $(wildcard $(top_srcdir)/src/*/*.hh $(top_srcdir)/src/*/*.def)
+FUZZ_PLAIN_TARGETS = $(filter-out ring,$(FUZZ_TARGETS))
+FUZZ_PROGS_PLAIN = $(FUZZ_PLAIN_TARGETS:%=$(FUZZ_BIN)/fuzz_%)
 FUZZ_PROGS = $(FUZZ_TARGETS:%=$(FUZZ_BIN)/fuzz_%)
 FUZZ_RUNS = $(FUZZ_TARGETS:%=check-fuzz-%)
 
@@ -135,10 +153,20 @@ $(FUZZ_OBJS): $(FUZZ_BIN)/%.o: $(FUZZ_SRCS) $(FUZZ_CORE_DEPS) | fuzz-toolchain
 	$(AM_V_CXX)$(FUZZ_CXX) $(FUZZ_CPPFLAGS) $(FUZZ_CXXFLAGS) \
 	  -fsanitize=fuzzer-no-link,$(FUZZ_SANITIZE) -c -o $@ $(filter %/$*.cc,$(FUZZ_SRCS))
 
-$(FUZZ_PROGS): $(FUZZ_BIN)/fuzz_%: $(top_srcdir)/tests/fuzz/fuzz_%.cc \
+$(FUZZ_CORE_OBJS): $(FUZZ_BIN)/%.o: $(FUZZ_CORE_SRCS) $(FUZZ_CORE_HDRS) | fuzz-toolchain
+	$(AM_V_CXX)$(FUZZ_CXX) $(AM_CPPFLAGS) $(FUZZ_CXXFLAGS) \
+	  -fsanitize=fuzzer-no-link,$(FUZZ_SANITIZE) -c -o $@ $(filter %/$*.cc,$(FUZZ_CORE_SRCS))
+
+$(FUZZ_PROGS_PLAIN): $(FUZZ_BIN)/fuzz_%: $(top_srcdir)/tests/fuzz/fuzz_%.cc \
 		$(top_srcdir)/tests/fuzz/fuzz.hh $(FUZZ_CORE_DEPS) $(FUZZ_OBJS) | fuzz-toolchain
 	$(AM_V_CXXLD)$(FUZZ_CXX) $(FUZZ_CPPFLAGS) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer,$(FUZZ_SANITIZE) \
 	  -o $@ $(top_srcdir)/tests/fuzz/fuzz_$*.cc $(FUZZ_OBJS)
+
+$(FUZZ_BIN)/fuzz_ring: $(top_srcdir)/tests/fuzz/fuzz_ring.cc $(top_srcdir)/tests/fuzz/fuzz.hh \
+		$(FUZZ_CORE_HDRS) $(FUZZ_OBJS) $(FUZZ_CORE_OBJS) | fuzz-toolchain
+	$(AM_V_CXXLD)$(FUZZ_CXX) $(FUZZ_CPPFLAGS) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer,$(FUZZ_SANITIZE) \
+	  -o $@ $(top_srcdir)/tests/fuzz/fuzz_ring.cc $(FUZZ_OBJS) $(FUZZ_CORE_OBJS) \
+	  $(IBVERBS_LIBS) $(RDMACM_LIBS) -ldl -lpthread
 
 fuzz-build: $(FUZZ_PROGS)
 

@@ -96,6 +96,27 @@ Bytes confirm_input(bool bound, const Bytes &stream)
     return cat({{static_cast<uint8_t>(bound ? 1 : 0)}, kNonce, stream});
 }
 
+// ring target input (fuzz_ring.cc): the head byte, then steps of an op and a u32 (in
+// the order the target reads it: this machine's).
+struct Step {
+    uint8_t op;
+    uint32_t x;
+};
+Bytes ring_input(uint8_t head, std::initializer_list<Step> steps)
+{
+    Bytes b{head};
+    for (const Step &s : steps) {
+        b.push_back(s.op);
+        const auto *p = reinterpret_cast<const uint8_t *>(&s.x);
+        b.insert(b.end(), p, p + sizeof s.x);
+    }
+    return b;
+}
+uint32_t imm(neg::Imm t, uint32_t v) { return neg::make_imm(t, v); }
+// A control message step: type t, value v.
+Step ctl(neg::Imm t, uint32_t v) { return {2, static_cast<uint32_t>(t) | v << 3}; }
+constexpr uint8_t kRing4k = 6, kSwitched = 0x20, kServer = 0x10;
+
 Bytes pattern(uint8_t mode, size_t n, unsigned mul, unsigned add)
 {
     Bytes b(n);
@@ -165,6 +186,26 @@ std::vector<Seed> seeds()
         {"fallback", "unknown-flag", fallback_input(fallback_frame(0x40, 8000, 19000))},
         {"fallback", "start-beyond-held", fallback_input(fallback_frame(0, 8000, 20001))},
         {"fallback", "proof-frame", fallback_input(cat({kProof, zeros(8)}))},
+        {"ring", "stream-wrap", ring_input(kRing4k | kSwitched,
+                                           {{0, imm(neg::Imm::data, 3000)}, {1, 2000}, {0, imm(neg::Imm::data, 2000)},
+                                            {1, 500u | 700u << 10 | 1500u << 20}, {5, 8192}, {1, 8192},
+                                            {0, imm(neg::Imm::fin, neg::kFinClosed)}, {1, 100}})},
+        {"ring", "over-grant", ring_input(kRing4k | kSwitched, {{0, imm(neg::Imm::data, 4000)},
+                                                               {0, imm(neg::Imm::data, 97)}, {1, 4096}})},
+        {"ring", "data-after-fin", ring_input(kRing4k | kSwitched, {{0, imm(neg::Imm::data, 10)},
+                                                                   {0, imm(neg::Imm::fin, 0)},
+                                                                   {0, imm(neg::Imm::data, 10)}, {1, 64}})},
+        {"ring", "credit-unsent-reset", ring_input(kRing4k | kSwitched, {{0, imm(neg::Imm::credit, 1)},
+                                                                        {0, imm(neg::Imm::credit, 0)},
+                                                                        {0, imm(neg::Imm::reset, 0)}, {0, 7u << 29}})},
+        {"ring", "client-proof-at", ring_input(kRing4k, {{3, 100}, ctl(neg::Imm::proof_at, 300), {3, 1000},
+                                                        ctl(neg::Imm::proof_at, 300), ctl(neg::Imm::data, 5)})},
+        {"ring", "client-prefix", ring_input(kRing4k | kSwitched, {{3, 50}, ctl(neg::Imm::prefix, 40),
+                                                                  ctl(neg::Imm::prefix, 80), {3, 100}, {3, 10},
+                                                                  ctl(neg::Imm::prefix, 90)})},
+        {"ring", "server-switch", ring_input(kRing4k | kServer | kSwitched,
+                                             {{3, 100}, ctl(neg::Imm::switch_at, 500), {3, 600},
+                                              ctl(neg::Imm::switch_at, 900), {3, 1}})},
         {"roundtrip", "valid-pattern", pattern(0x03, 128, 37, 11)},
         {"roundtrip", "valid-padded", pattern(0xff, 128, 101, 7)},
         {"roundtrip", "zeros", zeros(128)},
