@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
 
 #include "base/real.hh"
@@ -41,6 +43,18 @@ int dup_high(int fd) noexcept
 {
     const int floor = floor_fd();
     return RS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, floor < 0 ? 0 : floor);
+}
+
+bool tcp_peer_ended(int fd) noexcept
+{
+    tcp_info ti{};
+    socklen_t len = sizeof ti;
+    const int saved = errno;
+    const bool known = RS_REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0;
+    errno = saved;
+    // (ESTABLISHED, and FIN_WAIT1/2 once our FIN is out, last until the peer's FIN.)
+    return !known ||
+           !(ti.tcpi_state == TCP_ESTABLISHED || ti.tcpi_state == TCP_FIN_WAIT1 || ti.tcpi_state == TCP_FIN_WAIT2);
 }
 
 }  // namespace rdmasock::util

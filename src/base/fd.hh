@@ -15,4 +15,10 @@ int move_high(int fd) noexcept;
 // puts it when there is no floor); -1 with errno on failure.  `fd` stays open.
 int dup_high(int fd) noexcept;
 
+// A TCP socket's peer has ended its stream (its FIN came), or the connection is over: a
+// read that gives 0 means the end of the peer's bytes.  After the program's own
+// shutdown(SHUT_RD) a read gives 0 (and poll() says POLLRDHUP) with the peer's bytes
+// still to come: only the TCP state tells the two apart.  errno is kept.
+bool tcp_peer_ended(int fd) noexcept;
+
 }  // namespace rdmasock::util

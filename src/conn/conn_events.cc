@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 
+#include "base/fd.hh"
 #include "base/log.hh"
 #include "base/real.hh"
 #include "process/runtime.hh"
@@ -149,7 +150,12 @@ void Conn::push_frame_locked() noexcept
     } else if (proof) {
         RS_DEBUG("connection fd=%d: PROOF written after %llu TCP bytes", tcp_fd(),
                  static_cast<unsigned long long>(sw_.tcp_sent()));
-        release_shutdown_locked();  // (the program's FIN follows it)
+        // The program's FIN follows it; unless the program shut reading too: then the
+        // client's CONFIRM, still to come, would meet a socket whose FIN is out and which
+        // reads no more, and be answered with a reset.  The switch, or the decision for
+        // TCP, lets it go.
+        if (!sw_.tcp_shut_rd())
+            release_shutdown_locked();
     }
     refresh_watch();
 }
@@ -196,11 +202,23 @@ void Conn::on_completion_event() noexcept
         refresh_watch();  // outside the connection's lock, as every caller
 }
 
+unsigned Conn::peer_tcp_events_locked(unsigned events) const noexcept
+{
+    // After the program's shutdown(SHUT_RD) before the switch the socket says POLLRDHUP
+    // at once, and POLLHUP once its FIN is out too: the peer's stream has not ended, nor
+    // the connection been reset, for that.
+    if (sw_.tcp_shut_rd() && (events & (POLLRDHUP | POLLHUP)) && !(events & POLLERR) &&
+        !util::tcp_peer_ended(tcp_fd_))
+        events &= ~static_cast<unsigned>(POLLRDHUP | POLLHUP);
+    return events;
+}
+
 void Conn::on_tcp_event(unsigned events) noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
     if (closed_)
         return;
+    events = peer_tcp_events_locked(events);
     Phase p = sw_.phase();
     if ((events & POLLOUT) && sw_.frame_pending())
         push_frame_locked();  // the TCP socket drained: the rest of the PROOF or CONFIRM

@@ -170,6 +170,8 @@ ssize_t Conn::recv_presw_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr
         int queued = 0;
         tcp_input = RS_REAL(ioctl)(tcp_fd_, FIONREAD, &queued) != 0 || queued == 0;
     }
+    if (limit == 0 && sw_.tcp_shut_rd())
+        return partial;  // the program shut reading: nothing it may have now (the kernel's read gives 0)
     const bool block = !((flags & MSG_DONTWAIT) || nonblocking());
     if (limit > 0) {
         // A blocking call reads once poll() says readable, which honours SO_RCVLOWAT as
@@ -239,6 +241,8 @@ ssize_t Conn::recv_prefix_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, 
         return kLookAgain;
     }
     const ssize_t partial = static_cast<ssize_t>(done);
+    if (r == 0 && want > 0 && ring_.st.shut_rd)
+        return partial;  // (the program shut reading: its TCP socket ends here, not the server's bytes)
     if (r == 0 && want > 0 && !sw_.prefix_known()) {
         // The server closes its TCP socket only after its RDMA FIN completed, so a PREFIX
         // it sent is in our completion queue by now: look once more (the TCP EOF may
@@ -464,7 +468,7 @@ void Conn::take_proof_locked(std::unique_lock<std::mutex> &lk) noexcept
         if (presw_step_locked() != 0)
             break;
         lk.unlock();
-        pollfd pf{tcp_fd_, POLLIN, 0};
+        pollfd pf{tcp_fd_, static_cast<short>(sw_.tcp_shut_rd() ? 0 : POLLIN), 0};  // (see close_connection)
         RS_REAL(poll)(&pf, 1, 10);
         lk.lock();
     }
@@ -647,14 +651,18 @@ int Conn::shutdown(int fd, int how) noexcept
     const bool ends_both = how == SHUT_RDWR || (how == SHUT_WR ? sw_.tcp_shut_rd() : sw_.tcp_shut_wr());
     const bool client_held = side_ == Side::client && sw_.phase() == Phase::maybe && sw_.established() &&
                              sw_.deferred_tcp() == Reason::none;
+    bool proof_due = false;
     if (side_ == Side::client && sw_.phase() == Phase::maybe && !(client_held && how != SHUT_RD)) {
         decide_tcp_locked(Reason::closed_early);  // a switch could not send its CONFIRM
         if (ends_both)
             take_proof_locked(lk);  // (still undecided: its PROOF is on its way)
+        // Not come yet: the FIN waits for it (the decision that follows its taking, or
+        // the close, lets it go).
+        proof_due = ends_both && sw_.phase() == Phase::maybe && sw_.proof_ahead();
     }
     const bool server_held =
         side_ == Side::server && sw_.phase() == Phase::verifying && (!sw_.proof_written() || ends_both);
-    if ((client_held || server_held) && how != SHUT_RD) {
+    if ((client_held || server_held || proof_due) && how != SHUT_RD) {
         // A server's PROOF (to come: the RDMA connection may not even be established
         // yet), a client's CONFIRM (once it has the PROOF) must stand in the stream
         // before its FIN: the TCP socket is shut down once it is written, or once the

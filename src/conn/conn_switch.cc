@@ -445,7 +445,12 @@ void Conn::decide_tcp_locked(Reason why) noexcept
                 if (sock_ != nullptr)
                     sock_->reason.store(why, std::memory_order_relaxed);
             }
-            release_shutdown_locked();  // (no CONFIRM will go before its FIN now)
+            // (No CONFIRM will go before its FIN now; but a program that shut reading
+            // too keeps its FIN until the PROOF is out: a kernel whose FIN is out and
+            // which reads no more answers the PROOF with a reset.  The decision that
+            // follows the PROOF's taking, or the close, lets it go.)
+            if (!sw_.tcp_shut_rd())
+                release_shutdown_locked();
             return;
         }
     }

@@ -256,7 +256,9 @@ bool Conn::close_connection(bool abortive, int linger_s) noexcept
         while (sw_.phase() == Phase::verifying && presw_step_locked() == 0 && !sw_.before_switch_offset() &&
                Clock::now() < deadline) {
             lk.unlock();
-            pollfd pf[2] = {{tcp_fd_, POLLIN, 0}, {comp_fd(), POLLIN, 0}};
+            // (A socket the program shut reading polls readable from then on: the
+            // 10 ms tick looks again.)
+            pollfd pf[2] = {{tcp_fd_, static_cast<short>(sw_.tcp_shut_rd() ? 0 : POLLIN), 0}, {comp_fd(), POLLIN, 0}};
             RS_REAL(poll)(pf, 2, 10);
             lk.lock();
             if (link_.has_cq()) {

@@ -300,6 +300,8 @@ public:
     // --- progress thread ----------------------------------------------------------------
     void on_completion_event() noexcept;  // the completion channel is readable
     void on_tcp_event(unsigned events) noexcept;  // EPOLLRDHUP/HUP/ERR/IN on the TCP fd
+    // The TCP socket's events, without those the program's own shutdown caused.
+    unsigned peer_tcp_events_locked(unsigned events) const noexcept;
     // A fatal problem: the connection is reset (ECONNRESET/EPIPE for the program).
     void fail(const char *why) noexcept;
     // Timers: grace after TCP EOF without RDMA FIN.  Returns true when still pending.

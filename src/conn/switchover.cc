@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include "base/fd.hh"
 #include "base/real.hh"
 #include "process/runtime.hh"
 
@@ -128,12 +129,16 @@ int Switchover::look_for_proof(int fd) noexcept
         // The end of the stream is sampled before the bytes: a partial PROOF is given up
         // only when nothing more can come after what was peeked.  A pending error (a
         // reset) is left for the program's call to report: a peek would consume it.
+        // (After the program's shutdown(SHUT_RD) the socket reads as ended: only the
+        // peer's FIN ends it.)
         pollfd pf{fd, POLLRDHUP, 0};
-        const bool ended = RS_REAL(poll)(&pf, 1, 0) > 0;
+        const bool ended = RS_REAL(poll)(&pf, 1, 0) > 0 && (!tcp_shut_rd_ || util::tcp_peer_ended(fd));
         if (pf.revents & POLLERR)
             return -1;
         ssize_t n = RS_REAL(recv)(fd, buf, proof_verified_ ? neg::kProofSize : want, MSG_PEEK | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return 0;
+        if (n == 0 && before == 0 && tcp_shut_rd_ && !ended)
             return 0;
         if (n < 0 || (n == 0 && before == 0))
             return -1;
@@ -202,6 +207,8 @@ int Switchover::take_confirm(int fd) noexcept
     ssize_t n = RS_REAL(recv)(fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return 0;  // the bytes at the SWITCH's offset decide, whenever they come
+    if (n == 0 && tcp_shut_rd_ && !util::tcp_peer_ended(fd))
+        return 0;  // (the end of the program's reading, not of the peer's stream)
     if (n <= 0)
         return -1;
     auto m = neg::match_confirm(buf, static_cast<size_t>(n), &nonce_);
