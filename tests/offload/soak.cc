@@ -7,7 +7,9 @@
 // server: listens on A (ephemeral port), prints "port=P pid=X", then serves every
 // connection in a thread of its own: it reads 16-byte requests (length, seed), checks
 // the `length` pattern bytes that follow (fill(seed)), and answers each with the same
-// bytes; a connection that ends (EOF, reset) ends its thread.  It runs until SIGTERM
+// bytes; a connection that ends (EOF, reset) ends its thread.  A request whose length has
+// its top bit set is the last: the server answers, shuts the connection down (SHUT_RDWR)
+// and closes it, as a server that ends a connection after its answer does.  It runs until SIGTERM
 // and prints "served=N bad=B" (B: connections whose bytes did not match; 0 or a
 // failure).
 //
@@ -22,7 +24,10 @@
 //              original, a round on the copy, close it
 //   shut_read  connect, a thread blocks reading it; shutdown(SHUT_RDWR) wakes it with
 //              EOF; close
-// and prints "ops=N exchange=.. kill9=.. fork_close=.. dup2=.. shut_read=.. errors=E"
+//   server_end connect, a round, then a last round the server answers and ends with
+//              shutdown(SHUT_RDWR) and close: the next read is EOF; close
+// and prints "ops=N exchange=.. kill9=.. fork_close=.. dup2=.. shut_read=.. server_end=..
+// errors=E"
 // [first_error=...].  Exit status 0 when E is 0.
 #include <arpa/inet.h>
 #include <atomic>
@@ -83,7 +88,9 @@ void serve(int fd)
     unsigned char hdr[16];
     bool bad = false;
     while (read_all(fd, hdr, sizeof hdr)) {
-        const uint64_t len = get64(hdr), seed = get64(hdr + 8);
+        const uint64_t seed = get64(hdr + 8);
+        const bool last = get64(hdr) >> 63;
+        const uint64_t len = get64(hdr) & ~(uint64_t{1} << 63);
         if (len > (64u << 20)) {
             bad = true;
             break;
@@ -99,6 +106,10 @@ void serve(int fd)
         }
         if (!send_all(fd, got.data(), len))
             break;
+        if (last) {
+            shutdown(fd, SHUT_RDWR);
+            break;
+        }
     }
     g_bad += bad ? 1 : 0;
     ++g_served;
@@ -141,6 +152,15 @@ int run_server(const sockaddr_in &at)
 
 // ---- client ----------------------------------------------------------------------------
 
+// The connection's local port (a failure names it: the library's logs name connections
+// by their addresses).
+int local_port(int fd)
+{
+    sockaddr_in me{};
+    socklen_t ml = sizeof me;
+    return getsockname(fd, reinterpret_cast<sockaddr *>(&me), &ml) == 0 ? ntohs(me.sin_port) : 0;
+}
+
 struct Client {
     sockaddr_in srv{};
     std::mt19937_64 rng;
@@ -174,12 +194,13 @@ struct Client {
         const unsigned bits = static_cast<unsigned>(rng() % 21);
         return 1 + static_cast<size_t>(rng() % (size_t{1} << bits));
     }
-    // One request of len pattern bytes and its answer, checked.
-    bool round(int fd, size_t len)
+    // One request of len pattern bytes and its answer, checked (last: the server ends
+    // the connection after it).
+    bool round(int fd, size_t len, bool last = false)
     {
         std::vector<unsigned char> out(16 + len), back(len), want(len);
         const uint64_t seed = rng();
-        put64(out.data(), len);
+        put64(out.data(), len | (last ? uint64_t{1} << 63 : 0));
         put64(out.data() + 8, seed);
         fill(out.data() + 16, len, seed);
         if (!send_all(fd, out.data(), out.size())) {
@@ -301,11 +322,33 @@ struct Client {
         shutdown(fd, SHUT_RDWR);
         t.join();
         if (got != 0) {
-            char what[160];
-            snprintf(what, sizeof what, "a read woken by shutdown returned %zd, not EOF (first bytes %02x%02x%02x%02x)",
-                     got, b[0], b[1], b[2], b[3]);
+            char what[200];
+            snprintf(what, sizeof what,
+                     "a read woken by shutdown returned %zd, not EOF (first bytes %02x%02x%02x%02x; local port %d)", got,
+                     b[0], b[1], b[2], b[3], local_port(fd));
             errno = got < 0 ? read_errno : EBADMSG;
             fail(what);
+        }
+        close(fd);
+    }
+    void server_end()
+    {
+        int fd = dial();
+        if (fd < 0)
+            return;
+        if (round(fd, size()) && round(fd, size(), true)) {
+            unsigned char b[64] = {};
+            const ssize_t got = read(fd, b, sizeof b);
+            if (got != 0) {
+                char what[200];
+                snprintf(what, sizeof what,
+                         "the read after the server's shutdown and close returned %zd, not EOF (first bytes "
+                         "%02x%02x%02x%02x; local port %d)",
+                         got, b[0], b[1], b[2], b[3], local_port(fd));
+                if (got > 0)
+                    errno = EBADMSG;
+                fail(what);
+            }
         }
         close(fd);
     }
@@ -318,14 +361,16 @@ int run_client(const sockaddr_in &srv, long secs, uint64_t seed, const std::stri
     c.only = only;
     c.srv = srv;
     c.rng.seed(seed);
-    long counts[5] = {};
+    long counts[6] = {};
     const double end = now_ms() + static_cast<double>(secs) * 1000;
     long ops = 0;
     for (; now_ms() < end; ++ops) {
-        unsigned op = static_cast<unsigned>(c.rng() % 10);
+        unsigned op = static_cast<unsigned>(c.rng() % 11);
         if (!c.only.empty())  // (--only NAME: the first value of op that names it)
-            op = c.only == "exchange" ? 0 : c.only == "kill9" ? 5 : c.only == "fork_close" ? 6 : c.only == "dup2" ? 7 : 9;
-        c.op = op < 5 ? "exchange" : op < 6 ? "kill9" : op < 7 ? "fork_close" : op < 9 ? "dup2" : "shut_read";
+            op = c.only == "exchange" ? 0 : c.only == "kill9" ? 5 : c.only == "fork_close" ? 6 : c.only == "dup2" ? 7
+               : c.only == "shut_read" ? 9 : 10;
+        c.op = op < 5 ? "exchange" : op < 6 ? "kill9" : op < 7 ? "fork_close" : op < 9 ? "dup2" : op < 10 ? "shut_read"
+             : "server_end";
         if (op < 5) {
             c.exchange();
             ++counts[0];
@@ -338,13 +383,16 @@ int run_client(const sockaddr_in &srv, long secs, uint64_t seed, const std::stri
         } else if (op < 9) {
             c.dup2_op();
             ++counts[3];
-        } else {
+        } else if (op < 10) {
             c.shut_read();
             ++counts[4];
+        } else {
+            c.server_end();
+            ++counts[5];
         }
     }
-    printf("ops=%ld exchange=%ld kill9=%ld fork_close=%ld dup2=%ld shut_read=%ld errors=%ld%s%s\n", ops,
-           counts[0], counts[1], counts[2], counts[3], counts[4], c.errors,
+    printf("ops=%ld exchange=%ld kill9=%ld fork_close=%ld dup2=%ld shut_read=%ld server_end=%ld errors=%ld%s%s\n", ops,
+           counts[0], counts[1], counts[2], counts[3], counts[4], counts[5], c.errors,
            c.errors ? " first_error=" : "", c.first_error.c_str());
     fflush(stdout);
     return c.errors == 0 ? 0 : 1;
