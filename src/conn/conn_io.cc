@@ -241,8 +241,8 @@ ssize_t Conn::recv_prefix_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, 
         return kLookAgain;
     }
     const ssize_t partial = static_cast<ssize_t>(done);
-    if (r == 0 && want > 0 && ring_.st.shut_rd)
-        return partial;  // (the program shut reading: its TCP socket ends here, not the server's bytes)
+    if (ring_.st.shut_rd && (r == 0 || (r < 0 && e == EAGAIN)))
+        return partial;  // the program shut reading: what it may have now, else 0 (as the kernel's read)
     if (r == 0 && want > 0 && !sw_.prefix_known()) {
         // The server closes its TCP socket only after its RDMA FIN completed, so a PREFIX
         // it sent is in our completion queue by now: look once more (the TCP EOF may
@@ -638,6 +638,10 @@ ssize_t Conn::send_urgent(int fd, const msghdr *msg, size_t total, int flags) no
 int Conn::shutdown(int fd, int how) noexcept
 {
     std::unique_lock<std::mutex> lk(mu_);
+    // Reading shut down before the switch: recorded first, so that nothing decided below
+    // lets a held FIN go out ahead of the negotiation's last bytes.
+    if ((how == SHUT_RD || how == SHUT_RDWR) && sw_.phase() != Phase::rdma)
+        sw_.note_tcp_shutdown(SHUT_RD);
     if (shut_held_ && how != SHUT_RD) {  // (shut down already, as far as the program sees)
         lk.unlock();
         if (how == SHUT_RDWR)
@@ -648,16 +652,15 @@ int Conn::shutdown(int fd, int how) noexcept
     // still arrives with a reset.  Before the switch, bytes of ours may still come after
     // the program's last ones (a PROOF to the client, a CONFIRM to the server): a
     // shutdown of both directions must not reach the kernel before them.
-    const bool ends_both = how == SHUT_RDWR || (how == SHUT_WR ? sw_.tcp_shut_rd() : sw_.tcp_shut_wr());
+    const bool ends_both = sw_.tcp_shut_rd() && (how != SHUT_RD || sw_.tcp_shut_wr());
     const bool client_held = side_ == Side::client && sw_.phase() == Phase::maybe && sw_.established() &&
                              sw_.deferred_tcp() == Reason::none;
     bool proof_due = false;
     if (side_ == Side::client && sw_.phase() == Phase::maybe && !(client_held && how != SHUT_RD)) {
         decide_tcp_locked(Reason::closed_early);  // a switch could not send its CONFIRM
-        if (ends_both)
-            take_proof_locked(lk);  // (still undecided: its PROOF is on its way)
-        // Not come yet: the FIN waits for it (the decision that follows its taking, or
-        // the close, lets it go).
+        // Still undecided: its PROOF is on its way.  The FIN waits for it: the progress
+        // thread takes it out of the stream as it comes (or a read, or the close), and
+        // the decision that follows lets the FIN go.
         proof_due = ends_both && sw_.phase() == Phase::maybe && sw_.proof_ahead();
     }
     const bool server_held =
