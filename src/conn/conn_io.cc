@@ -460,20 +460,6 @@ void Conn::finish_proof_locked(std::unique_lock<std::mutex> &lk) noexcept
     }
 }
 
-void Conn::take_proof_locked(std::unique_lock<std::mutex> &lk) noexcept
-{
-    const auto until = Clock::now() + std::chrono::milliseconds(200);
-    while (side_ == Side::client && sw_.phase() == Phase::maybe && sw_.at_proof_offset() && !closed_ &&
-           Clock::now() < until) {
-        if (presw_step_locked() != 0)
-            break;
-        lk.unlock();
-        pollfd pf{tcp_fd_, static_cast<short>(sw_.tcp_shut_rd() ? 0 : POLLIN), 0};  // (see close_connection)
-        RS_REAL(poll)(&pf, 1, 10);
-        lk.lock();
-    }
-}
-
 ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
 {
     // Declared before the lock, so it runs after the lock is released (the engine's lock

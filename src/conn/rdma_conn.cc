@@ -240,8 +240,15 @@ bool Conn::close_connection(bool abortive, int linger_s) noexcept
         // the server's write).  (Bytes of the program's left unread reset the connection
         // at close, as the kernel's TCP does.)
         decide_tcp_locked(Reason::closed_early);
-        if (!abortive)
-            take_proof_locked(lk);
+        const auto until = Clock::now() + std::chrono::milliseconds(200);
+        while (!abortive && sw_.phase() == Phase::maybe && sw_.at_proof_offset() && Clock::now() < until) {
+            if (presw_step_locked() != 0)
+                break;
+            lk.unlock();
+            pollfd pf{tcp_fd_, tcp_in_events(), 0};
+            RS_REAL(poll)(&pf, 1, 10);
+            lk.lock();
+        }
         return false;
     }
     if (side_ == Side::server && !closed_)
@@ -256,9 +263,7 @@ bool Conn::close_connection(bool abortive, int linger_s) noexcept
         while (sw_.phase() == Phase::verifying && presw_step_locked() == 0 && !sw_.before_switch_offset() &&
                Clock::now() < deadline) {
             lk.unlock();
-            // (A socket the program shut reading polls readable from then on: the
-            // 10 ms tick looks again.)
-            pollfd pf[2] = {{tcp_fd_, static_cast<short>(sw_.tcp_shut_rd() ? 0 : POLLIN), 0}, {comp_fd(), POLLIN, 0}};
+            pollfd pf[2] = {{tcp_fd_, tcp_in_events(), 0}, {comp_fd(), POLLIN, 0}};
             RS_REAL(poll)(pf, 2, 10);
             lk.lock();
             if (link_.has_cq()) {

@@ -300,6 +300,10 @@ public:
     // --- progress thread ----------------------------------------------------------------
     void on_completion_event() noexcept;  // the completion channel is readable
     void on_tcp_event(unsigned events) noexcept;  // EPOLLRDHUP/HUP/ERR/IN on the TCP fd
+    // What a wait for the negotiation's bytes polls the TCP socket for: POLLIN, unless
+    // the program shut it for reading (it polls readable from then on: the wait's tick
+    // looks again).
+    short tcp_in_events() const noexcept { return sw_.tcp_shut_rd() ? 0 : POLLIN; }
     // The TCP socket's events, without those the program's own shutdown caused.
     unsigned peer_tcp_events_locked(unsigned events) const noexcept;
     // A fatal problem: the connection is reset (ECONNRESET/EPIPE for the program).
@@ -333,10 +337,6 @@ private:
     // Server: the PROOF due goes into the stream before the end of it (shutdown, close),
     // waited for (bounded); never written, the connection is TCP (closed_early).
     void finish_proof_locked(std::unique_lock<std::mutex> &lk) noexcept;
-    // Client, decided TCP while a PROOF_AT had come (its PROOF on its way): the PROOF is
-    // taken out of the stream once it is next, briefly waited for (it follows its
-    // PROOF_AT by the server's write), before the end of the stream (close, shutdown).
-    void take_proof_locked(std::unique_lock<std::mutex> &lk) noexcept;
     // Server: the program's shutdown(SHUT_WR) that waited for the PROOF (shut_held_)
     // reaches the TCP socket now.
     void release_shutdown_locked() noexcept;

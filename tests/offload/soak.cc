@@ -302,6 +302,18 @@ struct Client {
             close(fd);
         close(spare);
     }
+    // A read that must have seen EOF (got 0); else a failure naming what it returned,
+    // its first bytes and the connection's local port.
+    void expect_eof(int fd, ssize_t got, int read_errno, const unsigned char *b, const char *which)
+    {
+        if (got == 0)
+            return;
+        char what[240];
+        snprintf(what, sizeof what, "%s returned %zd, not EOF (first bytes %02x%02x%02x%02x; local port %d)", which,
+                 got, b[0], b[1], b[2], b[3], local_port(fd));
+        errno = got < 0 ? read_errno : EBADMSG;
+        fail(what);
+    }
     void shut_read()
     {
         int fd = dial();
@@ -321,14 +333,7 @@ struct Client {
         usleep(static_cast<useconds_t>(rng() % 20) * 1000);
         shutdown(fd, SHUT_RDWR);
         t.join();
-        if (got != 0) {
-            char what[200];
-            snprintf(what, sizeof what,
-                     "a read woken by shutdown returned %zd, not EOF (first bytes %02x%02x%02x%02x; local port %d)", got,
-                     b[0], b[1], b[2], b[3], local_port(fd));
-            errno = got < 0 ? read_errno : EBADMSG;
-            fail(what);
-        }
+        expect_eof(fd, got, read_errno, b, "a read woken by shutdown");
         close(fd);
     }
     void server_end()
@@ -339,16 +344,7 @@ struct Client {
         if (round(fd, size()) && round(fd, size(), true)) {
             unsigned char b[64] = {};
             const ssize_t got = read(fd, b, sizeof b);
-            if (got != 0) {
-                char what[200];
-                snprintf(what, sizeof what,
-                         "the read after the server's shutdown and close returned %zd, not EOF (first bytes "
-                         "%02x%02x%02x%02x; local port %d)",
-                         got, b[0], b[1], b[2], b[3], local_port(fd));
-                if (got > 0)
-                    errno = EBADMSG;
-                fail(what);
-            }
+            expect_eof(fd, got, errno, b, "the read after the server's shutdown and close");
         }
         close(fd);
     }
