@@ -384,26 +384,28 @@ void Conn::enter_rdma_locked(Switchover::Event e, int lowat) noexcept
     if (sock_ != nullptr)
         sock_->reason.store(Reason::none, std::memory_order_relaxed);
     rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
+    counted_ = true;
     up_.switched_to_rdma(tcp_fd_, *this);
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - made_).count();
     rt::g_setup.record(us > 0 ? static_cast<unsigned long long>(us) : 0);
     if (log::enabled(log::kInfo))
-        log_switch_locked(us);
+        log_switch_locked(us, tcp_fd_);
 }
 
-void Conn::log_switch_locked(long long us) const noexcept
+void Conn::log_switch_locked(long long us, int fd) const noexcept
 {
     char local[64] = "-", peer[64] = "-";
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
     const int saved = errno;
-    if (RS_REAL(getsockname)(tcp_fd_, reinterpret_cast<sockaddr *>(&ss), &len) == 0)
+    if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&ss), &len) == 0)
         util::format_addr(ss, local, sizeof local);
+    len = sizeof ss;
+    if (RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&ss), &len) == 0)
+        util::format_addr(ss, peer, sizeof peer);
     errno = saved;
-    if (sock_ != nullptr)
-        util::format_addr(sock_->peer, peer, sizeof peer);
     log::write(log::kInfo, "event=switch fd=%d role=%s local=%s peer=%s setup_us=%lld tcp_bytes_sent=%llu tcp_bytes_received=%llu",
-               tcp_fd(), side_ == Side::client ? "client" : "server", local, peer, us,
+               shown_fd(), side_ == Side::client ? "client" : "server", local, peer, us,
                static_cast<unsigned long long>(sw_.tcp_sent()), static_cast<unsigned long long>(sw_.tcp_read()));
 }
 

@@ -3,7 +3,10 @@
 #include "conn/rdma_conn.hh"
 
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+
+#include <utility>
 
 #include "base/fd.hh"
 #include "base/log.hh"
@@ -159,6 +162,7 @@ void Conn::mark_closed() noexcept
     }
     sw_.leave_pending();
     release_shadows_locked();
+    sock_ = nullptr;  // (recycled with the number's last close: another socket's soon)
 }
 
 void Conn::release_shadows() noexcept
@@ -258,7 +262,9 @@ bool Conn::close_connection(bool abortive, int linger_s) noexcept
         // way.  Take them and switch before closing, so that the client reads an
         // orderly EOF (our FIN) and no unread CONFIRM makes our kernel send an RST.
         // (Unread bytes before the CONFIRM make the kernel reset the connection at
-        // close, as it does for any socket closed with unread input.)
+        // close, as it does for any socket closed with unread input.)  Briefly here;
+        // then the progress thread waits on for them, as long as the client may still
+        // switch (verify_closed_locked), and the socket's FIN waits with it.
         auto deadline = Clock::now() + std::chrono::milliseconds(rt::config().probe_timeout_ms);
         while (sw_.phase() == Phase::verifying && presw_step_locked() == 0 && !sw_.before_switch_offset() &&
                Clock::now() < deadline) {
@@ -271,6 +277,15 @@ bool Conn::close_connection(bool abortive, int linger_s) noexcept
                 link_.arm();
             }
         }
+    }
+    if (side_ == Side::server && sw_.phase() == Phase::verifying && !closed_ && !abortive) {
+        // (Bytes of the client's the program left unread make the kernel reset the
+        // connection at close, at once: no CONFIRM can be among them before the SWITCH.)
+        int unread = 0;
+        poll_cq_locked();
+        const bool reset = sw_.before_switch_offset() ||
+                           (!sw_.switch_known() && RS_REAL(ioctl)(tcp_fd_, FIONREAD, &unread) == 0 && unread > 0);
+        return sw_.phase() == Phase::verifying && sw_.proof_written() && !reset;
     }
     if (sw_.phase() != Phase::rdma)
         return false;
@@ -388,8 +403,54 @@ bool Conn::start_drain(int fd) noexcept
     drain_ino_ = st.st_ino;
     drain_dev_ = st.st_dev;
     drain_fd_ = d;
-    drain_until_ = Clock::now() + std::chrono::milliseconds(rt::config().linger_ms);
+    drain_until_ = std::max(Clock::now(), sw_.phase() == Phase::verifying ? sw_.gate_deadline() : Clock::time_point{}) +
+                   std::chrono::milliseconds(rt::config().linger_ms);
     return true;
+}
+
+int Conn::verify_closed_locked(Clock::time_point now) noexcept
+{
+    const int d = drain_fd_;
+    // The client's FIN first, then the completion queue: a client that switches has its
+    // SWITCH acknowledged before it writes its CONFIRM, and so before its FIN.
+    const bool ended = util::tcp_peer_ended(d);
+    poll_cq_locked();
+    if (sw_.phase() != Phase::verifying)
+        return sw_.phase() == Phase::rdma ? 1 : -1;
+    if (!sw_.switch_known()) {
+        if (!ended && !sw_.gate_expired(now))
+            return 0;
+        // As gate_expired_locked(): the queue pair stops, then the completion queue is
+        // read once more; a SWITCH that got in before it is honoured.
+        up_.release_rdma(*this);
+        poll_cq_locked();
+        if (!sw_.switch_known())
+            return -1;
+        sw_.note_qp_stopped();
+    }
+    if (sw_.before_switch_offset())
+        return -1;  // (the program left the client's bytes unread: its kernel resets)
+    // (Switched only once the close line is written, which says TCP, closed_early.)
+    if (!released_)
+        return 0;
+    const int t = sw_.take_confirm(d);
+    if (t == 0)
+        return 0;
+    // (A CONFIRM taken out with the queue pair stopped: the client switched, and its
+    // queue pair fails now, a reset, as in try_confirm_locked.)
+    if (t < 0 || sw_.qp_stopped() || sw_.tcp_sent() > neg::kImmValueMask ||
+        ring_.post_ctrl(neg::Imm::prefix, static_cast<uint32_t>(sw_.tcp_sent())) != 0)
+        return -1;
+    sw_.on(Switchover::Event::server_switch);
+    sw_.stop_verify_watch();
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - made_).count();
+    rt::g_setup.record(us > 0 ? static_cast<unsigned long long>(us) : 0);
+    if (log::enabled(log::kInfo))
+        log_switch_locked(us, d);
+    RS_DEBUG("connection fd=%d: switched to RDMA after its close, %llu TCP bytes", shown_fd(),
+             static_cast<unsigned long long>(sw_.tcp_sent()));
+    drain_until_ = now + std::chrono::milliseconds(rt::config().linger_ms);
+    return 1;
 }
 
 bool Conn::draining(Clock::time_point now, int &to_close) noexcept
@@ -398,8 +459,11 @@ bool Conn::draining(Clock::time_point now, int &to_close) noexcept
     if (drain_fd_ < 0)
         return false;
     link_.ack_events();
-    bool done = drain_locked();
-    if (!done) {
+    int verify = 1;
+    if (sw_.phase() == Phase::verifying)
+        verify = verify_closed_locked(now);
+    bool done = verify < 0 || (verify > 0 && drain_locked()) || (verify == 0 && now >= drain_until_);
+    if (!done && verify > 0) {
         // A peer that sent its FIN and ended its TCP connection is gone (or going): its
         // queue pair may no longer answer, and it reads nothing more.  A reset, too.
         pollfd t{drain_fd_, POLLRDHUP, 0};
@@ -416,7 +480,8 @@ bool Conn::draining(Clock::time_point now, int &to_close) noexcept
         return true;
     }
     RS_DEBUG("connection fd=%d: closed earlier, its last messages %s", shown_fd(),
-             ring_.st.broken() ? "are lost: the connection broke"
+             sw_.phase() != Phase::rdma ? "are none: it stays on TCP"
+             : ring_.st.broken() ? "are lost: the connection broke"
              : link_.completed() >= close_fin_wr_ && close_fin_posted_ ? "went out" : "are given up");
     const int d = drain_fd_.exchange(-1);
     // Still the socket it was made as (the program may have closed the number, and
@@ -449,7 +514,26 @@ void Conn::drop_drains_in_child() noexcept
             RS_REAL(close)(v - 1);
 }
 
-void Conn::destroy() noexcept { up_.retire(*this); }
+void Conn::destroy() noexcept
+{
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        released_ = true;
+    }
+    up_.retire(*this);
+}
+
+bool Conn::take_counted() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    return std::exchange(counted_, false);
+}
+
+Reason Conn::socket_reason() const noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    return sock_ != nullptr ? sock_->reason.load(std::memory_order_relaxed) : Reason::none;
+}
 
 void Conn::link_name(char *buf, size_t n) const noexcept
 {

@@ -182,6 +182,10 @@ public:
     unsigned poll_mask(int fd) noexcept override;
     Counters counters(int fd) noexcept override;
     void destroy() noexcept override;
+    // Counted in rt::g_offloaded: true once (retire takes it back).
+    bool take_counted() noexcept;
+    // The reason its socket records (none once closed).
+    Reason socket_reason() const noexcept;
 
     // Server: the program reads or waits for input on this connection (first time:
     // Upcalls::interest()).
@@ -234,15 +238,17 @@ public:
     // close(): orderly (FIN) or abortive (RESET).  As the kernel's close() returns
     // before the last bytes are acknowledged, the orderly one waits only with SO_LINGER
     // set (linger_s > 0, up to that long): true when the last bytes or the FIN are
-    // still to go out or be acknowledged (the peer has stopped taking them), which the
-    // progress thread then finishes (start_drain).
+    // still to go out or be acknowledged (the peer has stopped taking them), or when a
+    // server's client may still switch (it has the PROOF), which the progress thread
+    // then finishes (start_drain).
     bool close_connection(bool abortive, int linger_s = 0) noexcept;
     // Closed with its last messages still to go (close_connection returned true):
     // the library holds a duplicate of `fd`, the TCP socket, until they went (false:
     // no descriptor for it).
     bool start_drain(int fd) noexcept;
     // The progress thread, for a closed connection: true while its last messages are
-    // still going out (the peer's queue pair still takes none: a stopped process).
+    // still going out (the peer's queue pair still takes none: a stopped process), or
+    // a server's client may still switch (verify_closed_locked).
     // Gives up once the connection breaks, the peer's TCP connection ends, or after
     // RDMASOCK_LINGER_MS (as long as close() waited before); then sets to_close to the
     // duplicate (unless the program closed that number meanwhile), for the caller to
@@ -470,6 +476,11 @@ private:
         uint64_t arrived_seen = 0;
     } tcp_;
     bool closed_ = false;  // the TCP fd is closed (its number may be reused)
+    // Its socket object is recycled (destroy()): the close line is written.
+    bool released_ = false;
+    // Counted in rt::g_offloaded (a switch while the program had it), which retire()
+    // takes back once (take_counted).
+    bool counted_ = false;
     // close(): the FIN "closed" is posted (close_fin_wr_: its request's number), and
     // the duplicate of the TCP socket the progress thread holds until it has completed.
     bool close_fin_posted_ = false;
@@ -480,6 +491,11 @@ private:
     // The staged bytes, then the FIN "closed", as far as the send queue takes them now:
     // true once the FIN has completed or the connection broke.
     bool drain_locked() noexcept;
+    // A server closed while verifying, its PROOF written: the client may switch until
+    // the switch window ends.  Takes its SWITCH and CONFIRM from the duplicate and
+    // switches (1: the FIN "closed" goes next), or gives up (-1: the socket closes as
+    // TCP), or waits (0).
+    int verify_closed_locked(Clock::time_point now) noexcept;
     // The queue pair and queues are made and the receives posted: a call of the program
     // may poll the completion queue (a client's before its switch: the PROOF_AT).
     bool cq_ready_ = false;
@@ -492,7 +508,7 @@ private:
     Counters counters_;
     const Clock::time_point made_ = Clock::now();  // connect() or accept(): the switch line's setup time
     // The info-level line of the switch (rdmasock(7), LOGGING).
-    void log_switch_locked(long long setup_us) const noexcept;
+    void log_switch_locked(long long setup_us, int fd) const noexcept;
 };
 
 }  // namespace rdmasock

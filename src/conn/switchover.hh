@@ -189,6 +189,7 @@ public:
     bool at_switch_offset() const noexcept { return switch_known_ && tcp_read_ == switch_at_; }
     bool before_switch_offset() const noexcept { return switch_known_ && tcp_read_ < switch_at_; }
     bool gate_expired(Clock::time_point now) const noexcept { return now > gate_deadline_; }
+    Clock::time_point gate_deadline() const noexcept { return gate_deadline_; }
     // The wait for the SWITCH timed out and stopped the queue pair, and a SWITCH was
     // found after all.
     void note_qp_stopped() noexcept { qp_stopped_ = true; }

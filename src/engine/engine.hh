@@ -149,6 +149,13 @@ public:
     std::vector<Conn *> retiring;
     // Closed connections whose last messages are still going out (Conn::draining).
     std::vector<std::shared_ptr<Conn>> drains;
+    bool draining(const Conn *c) const noexcept
+    {
+        for (const auto &d : drains)
+            if (d.get() == c)
+                return true;
+        return false;
+    }
     // Requests claimed by an accept(): accepted by the progress thread, so accept()
     // itself never waits for queue pairs and rings to be created.
     std::vector<std::pair<std::shared_ptr<Conn>, Parked>> claimed;

@@ -723,8 +723,7 @@ void Engine::handle(rdma_cm_event *ev) noexcept
                 maybe.erase(mit);
                 accept_request(conn, std::move(p));
             } else if (mit != maybe.end() && mit->second->phase() == Conn::Phase::tcp &&
-                       mit->second->socket() != nullptr &&
-                       mit->second->socket()->reason.load(std::memory_order_relaxed) == Reason::passed) {
+                       mit->second->socket_reason() == Reason::passed) {
                 // Its program passed it on (SCM_RIGHTS) before the request came: as
                 // on_passed() declines a request that had come.
                 reject(id, Reason::rejected);
@@ -768,7 +767,7 @@ void Engine::handle(rdma_cm_event *ev) noexcept
             }
             break;
         case RDMA_CM_EVENT_DISCONNECTED:
-            if (c != nullptr && conns.count(c)) {
+            if (c != nullptr && (conns.count(c) || draining(c))) {
                 c->on_completion_event();  // take in what arrived before the disconnect
                 c->abandon_rdma();
                 rdma_disconnect(id);
@@ -1309,7 +1308,7 @@ void retire(Conn &c) noexcept
     if (c.side() == Conn::Side::server)
         forget_undecided(e, c);
     std::lock_guard<std::mutex> lk(e->mu);
-    if (c.phase() == Conn::Phase::rdma)
+    if (c.take_counted())
         rt::g_offloaded.fetch_sub(1, std::memory_order_relaxed);
     e->retiring.push_back(&c);
     e->wake();
