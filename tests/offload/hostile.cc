@@ -49,6 +49,11 @@
 //   fetch-and-add on its first 8 bytes, from a queue pair of our own that may issue
 //   them, which rdma_cm would not give us: the victim's NIC must refuse both, nothing
 //   lands in our buffer)
+//   other_rkey (a second connection of ours, made and switched honestly by a fork
+//   child, is the other connection: once both are switched, DATA(64) through our queue
+//   pair into the child's ring, with its address and rkey: the victim's NIC must refuse
+//   it, remote access error; the child then sends N pattern bytes and FIN on its ring and
+//   checks the victim's echo: that connection untouched)
 //   data_after_fin (FIN, then once the victim has closed, DATA(16) with 16 bytes)
 //   tcp_after_confirm (not a ring fault: 100 bytes of 0xEE on TCP right after the
 //   CONFIRM, then N honest pattern bytes on the ring and FIN; the victim must deliver
@@ -59,6 +64,8 @@
 // then wait (bounded) for the victim to close the TCP connection, keeping ours open.
 //   rdma_sent, ring_echo_ok  tcp_after_confirm: ring bytes sent, echo exact (1/0)
 //   leaked      rdma_read, atomic: bytes landed in our buffer (1/0)
+//   other_port, other_ok  other_rkey: the other connection's local port, and whether
+//               its echo was exact (1/0)
 //
 // Server cases (the victim client writes N pattern bytes and shuts down; a fallen back
 // connection is echoed on TCP):
@@ -185,6 +192,7 @@ struct Out {
     uint64_t rdma_sent = 0;  // pattern bytes we wrote into the victim's ring
     int ring_echo_ok = -1;   // the victim's echo of them arrived exactly in our ring
     int leaked = -1;         // rdma_read, atomic: our landing buffer changed (1/0)
+    int other_port = -1, other_ok = -1;  // other_rkey: the other connection's
     int proof = -1;
     int64_t proof_at = -1;
     int64_t ring_msgs = -1, ring_data = -1, ring_switch = -1, ring_bytes = -1;
@@ -198,11 +206,11 @@ struct Out {
                " sent_hash=%016" PRIx64 " tcp_received=%zu recv_hash=%016" PRIx64
                " echo_ok=%d first_confirm=%d tcp_end=%s rdma_sent=%" PRIu64 " ring_echo_ok=%d proof=%d"
                " proof_at=%" PRId64 " ring_msgs=%" PRId64 " ring_data=%" PRId64 " ring_switch=%" PRId64
-               " ring_bytes=%" PRId64 " squat_uid=%ld leaked=%d\n",
+               " ring_bytes=%" PRId64 " squat_uid=%ld leaked=%d other_port=%d other_ok=%d\n",
                kase.c_str(), local_port, cm.c_str(), decline.c_str(), cm_after.c_str(), wc.c_str(),
                tcp_sent, sent_hash.h, recv_bytes.size(), recv_hash.h, echo ? 1 : 0, first_confirm,
                tcp_end.c_str(), rdma_sent, ring_echo_ok, proof, proof_at, ring_msgs, ring_data, ring_switch,
-               ring_bytes, squat_uid, leaked);
+               ring_bytes, squat_uid, leaked, other_port, other_ok);
         fflush(stdout);
     }
 };
@@ -603,9 +611,41 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         "data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client",
         "write_outside_ring", "peer_reset", "hello_family", "hello_unaligned", "hello_addr_wrap",
         "hello_zero_nonce", "hello_zero_port", "tcp_after_confirm", "data_after_fin", "confirm_late", "hello_late",
-        "rdma_read", "atomic"};
+        "rdma_read", "atomic", "other_rkey", "ring_holder"};
     if (!known_case(known, sizeof known / sizeof known[0], kase, "client"))
         return 4;
+
+    // other_rkey: the other connection is ours too, in a fork child (ring_holder) that
+    // negotiates it honestly, tells us its ring (address, rkey, its local port), waits
+    // for our write into it, then streams on it and checks the echo.
+    struct Holder {
+        uint64_t addr = 0;
+        uint32_t rkey = 0;
+        int port = -1;
+    };
+    pid_t holder = -1;
+    int to_holder = -1, from_holder = -1;
+    static int holder_out = -1, holder_in = -1;  // ring_holder: to and from the parent
+    if (kase == "other_rkey") {
+        int up[2], down[2];
+        if (pipe(up) != 0 || pipe(down) != 0)
+            die("pipe");
+        holder = fork();
+        if (holder < 0)
+            die("fork");
+        if (holder == 0) {
+            close(up[0]);
+            close(down[1]);
+            holder_out = up[1];
+            holder_in = down[0];
+            run_client(addr, port, "ring_holder", bytes, -1);
+            _exit(out.ring_echo_ok == 1 ? 0 : 3);
+        }
+        close(up[1]);
+        close(down[0]);
+        from_holder = up[0];
+        to_holder = down[1];
+    }
 
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in srv = ipv4(addr, port);
@@ -681,7 +721,14 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
 
     auto finish = [&](int rc) {
         settle_proof(qp, h.nonce);
-        out.print();
+        if (holder > 0) {
+            close(to_holder);  // (a holder still waiting goes on)
+            int status = 0;
+            out.other_ok = waitpid(holder, &status, 0) == holder && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            holder = -1;
+        }
+        if (kase != "ring_holder")  // (its parent reports)
+            out.print();
         return rc;
     };
     if (kase == "hello_late")
@@ -801,6 +848,14 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         const uint64_t vsize = uint64_t{1} << acc.ring.log2;
         uint32_t imm = 0;
         int st = -1;
+        if (kase == "ring_holder") {
+            // Switched: the parent learns our ring, and we wait until it has written.
+            Holder me{acc.ring.addr, acc.ring.rkey, out.local_port};
+            char go = 0;
+            if (write(holder_out, &me, sizeof me) != static_cast<ssize_t>(sizeof me))
+                die("write to the parent");
+            (void)!read(holder_in, &go, 1);
+        }
         if (kase == "data_overflow") {
             memset(qp.stage, 0xEE, 4096);
             st = qp.write(acc.ring.addr, acc.ring.rkey, 4096, nullptr);
@@ -826,7 +881,20 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         } else if (kase == "prefix_from_client") {
             imm = neg::make_imm(neg::Imm::prefix, 0);
             st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
-        } else if (kase == "tcp_after_confirm" || kase == "confirm_late") {
+        } else if (kase == "other_rkey") {
+            // The other connection's ring, through our queue pair: another protection
+            // domain's key (or a memory window bound to another queue pair) at the
+            // victim's NIC.
+            Holder other;
+            if (read(from_holder, &other, sizeof other) != static_cast<ssize_t>(sizeof other))
+                die("the ring holder did not switch");
+            out.other_port = other.port;
+            memset(qp.stage, 0xEE, 64);
+            imm = neg::make_imm(neg::Imm::data, 64);
+            st = qp.write(other.addr, other.rkey, 64, &imm);
+            char go = 'g';
+            (void)!write(to_holder, &go, 1);
+        } else if (kase == "tcp_after_confirm" || kase == "confirm_late" || kase == "ring_holder") {
             // An honest stream on the ring (bytes <= both rings: no credit needed), FIN,
             // and the victim's echo checked in our ring.
             bytes = std::min<uint64_t>(bytes, std::min<uint64_t>(vsize, qp.size));

@@ -239,6 +239,7 @@ struct Expect {
     std::string reason;    // the victim connection's reason (tcp_exact)
     std::string log = "";  // reset: the victim's debug log names this check
     bool squatter = false; // an impostor case: the squatter's fields checked too
+    bool other = false;    // other_rkey: a second connection of the hostile's, untouched
 };
 
 // The victim's debug log says which check fired (reset cases: the specific validation,
@@ -256,7 +257,7 @@ void check_log(Case &c, Run &v, const Expect &e, const std::string &ctx)
 void client_case(const std::string &kase, const Expect &e)
 {
     Case c;
-    Run &vs = c.victim("victim_server", {"server", "--addr", cfg.addr, "--conns", "2"});
+    Run &vs = c.victim("victim_server", {"server", "--addr", cfg.addr, "--conns", e.other ? "3" : "2"});
     Fields pl = line_with(vs, "port=");
     std::string port = get(pl, "port");
     BOOST_REQUIRE_MESSAGE(port != "<missing>", "the victim server did not start\n" << c.report());
@@ -278,14 +279,26 @@ void client_case(const std::string &kase, const Expect &e)
     Fields hr = line_with(h, "result");
     BOOST_REQUIRE_MESSAGE(get(hr, "local_port") != "<missing>", "no result from the hostile\n" << c.report());
 
-    // The victim's line for the hostile connection (by the hostile's port).
-    Fields bad;
-    for (int i = 0; i < 2 && bad.empty(); ++i) {
+    // The victim's line for the hostile connection (by the hostile's port), and for its
+    // other one (other_rkey).
+    Fields bad, other;
+    for (int i = 0; i < (e.other ? 3 : 2) && (bad.empty() || (e.other && other.empty())); ++i) {
         Fields f = line_with(vs, "conn=");
         if (get(f, "peer_port") == get(hr, "local_port"))
             bad = f;
+        else if (e.other && get(f, "peer_port") == get(hr, "other_port"))
+            other = f;
         else if (!f.empty())
             BOOST_ERROR("the good connection ended before the attack was over\n" << c.report());
+    }
+    if (e.other) {
+        // The connection whose ring was aimed at: switched, every byte of the hostile's
+        // child echoed exactly (checked by it in its own ring), then EOF.
+        BOOST_CHECK_MESSAGE(get(hr, "other_ok") == "1" && get(other, "transport") == "rdma" &&
+                                get(other, "received") == get(other, "match") && get(other, "received") != "0" &&
+                                get(other, "end") == "eof" && get(other, "err") == "ok",
+                            kase << ": the other connection was affected: hostile " << h.p->out() << "victim: "
+                                 << vs.p->out() << "\n" << c.report());
     }
     BOOST_REQUIRE_MESSAGE(!bad.empty(), "no victim line for the hostile connection\n" << c.report());
     std::string ctx = kase + ": hostile=" + h.p->out() + "victim: " + vs.p->out() + "\n";
@@ -475,6 +488,12 @@ bool init_tests()
     add(ring, "write_outside_ring", [reset] {
         client_case("write_outside_ring",
                     {"ESTABLISHED", "none", "REM_ACCESS_ERR", "none", reset, "", "completion error remote access error"});
+    });
+    // Another connection's ring (its address and rkey, known to whoever holds that
+    // connection) through this connection's queue pair: refused, that connection untouched.
+    add(ring, "other_rkey", [reset] {
+        client_case("other_rkey", {"ESTABLISHED", "none", "REM_ACCESS_ERR", "none", reset, "",
+                                   "completion error remote access error", false, true});
     });
     // A queue pair that may issue RDMA READs and atomics: the ring is remote write only.
     for (std::string k : {"rdma_read", "atomic"})
