@@ -20,7 +20,7 @@ Info capture(int fd, Socket &s) noexcept
     if (RS_REAL(getsockname)(fd, reinterpret_cast<sockaddr *>(&local), &len) == 0)
         util::format_addr(local, ci.local, sizeof ci.local);
     util::format_addr(s.peer, ci.peer, sizeof ci.peer);
-    ci.counters = s.transport != nullptr ? s.transport->counters(fd) : kernel_tcp().counters(fd);
+    ci.counters = s.transport != nullptr ? s.transport.load()->counters(fd) : kernel_tcp().counters(fd);
     sockaddr_storage peer{};
     socklen_t pl = sizeof peer;
     ci.never_connected = s.role == Role::client && !s.offloaded() &&
@@ -34,7 +34,7 @@ Info capture(int fd, Socket &s) noexcept
 // hooked path).
 bool on_rdma(const Socket &s) noexcept
 {
-    return s.offloaded() && s.transport != nullptr && s.transport->on_rdma();
+    return s.offloaded() && s.transport != nullptr && s.transport.load()->on_rdma();
 }
 
 Reason reason(const Socket &s, const Info &ci) noexcept

@@ -76,7 +76,7 @@ void log_close(int fd, const Socket &s, const CloseInfo &ci) noexcept
 {
     if (!ci.connection)
         return;
-    if (s.transport != nullptr && s.transport->handed_off())
+    if (s.transport != nullptr && s.transport.load()->handed_off())
         return;  // (the fork child that serves it logs it)
     const bool rdma = describe::on_rdma(s);
     const Reason why = rdma ? Reason::none : describe::reason(s, ci);
@@ -250,7 +250,7 @@ bool defer_close(int fd, Socket &s) noexcept
     const int keep = util::dup_high(fd);
     if (keep < 0)
         return false;
-    if (!s.transport->continue_on(keep)) {
+    if (!s.transport.load()->continue_on(keep)) {
         RS_REAL(close)(keep);
         return false;
     }
@@ -282,7 +282,7 @@ ssize_t rx(Socket &s, int fd, iovec *iov, int iovcnt, int flags) noexcept
     msghdr m{};
     m.msg_iov = iov;
     m.msg_iovlen = static_cast<size_t>(iovcnt);
-    return ret(s.transport->recvmsg(fd, &m, flags));
+    return ret(s.transport.load()->recvmsg(fd, &m, flags));
 }
 
 ssize_t tx(Socket &s, int fd, const iovec *iov, int iovcnt, int flags) noexcept
@@ -291,7 +291,7 @@ ssize_t tx(Socket &s, int fd, const iovec *iov, int iovcnt, int flags) noexcept
     msghdr m{};
     m.msg_iov = const_cast<iovec *>(iov);
     m.msg_iovlen = static_cast<size_t>(iovcnt);
-    return ret(s.transport->sendmsg(fd, &m, flags));
+    return ret(s.transport.load()->sendmsg(fd, &m, flags));
 }
 
 }  // namespace
@@ -598,7 +598,7 @@ ssize_t recvmsg(int fd, msghdr *msg, int flags) noexcept
         return r;
     }
     InCall in(*s);
-    return ret(s->transport->recvmsg(fd, msg, flags));
+    return ret(s->transport.load()->recvmsg(fd, msg, flags));
 }
 
 int recvmmsg(int fd, mmsghdr *vec, unsigned int vlen, int flags, timespec *timeout) noexcept
@@ -609,7 +609,7 @@ int recvmmsg(int fd, mmsghdr *vec, unsigned int vlen, int flags, timespec *timeo
     InCall in(*s);
     unsigned i = 0;
     for (; i < vlen; ++i) {
-        ssize_t r = s->transport->recvmsg(fd, &vec[i].msg_hdr, flags & ~MSG_WAITFORONE);
+        ssize_t r = s->transport.load()->recvmsg(fd, &vec[i].msg_hdr, flags & ~MSG_WAITFORONE);
         if (r < 0) {
             if (i == 0)
                 return static_cast<int>(ret(r));
@@ -678,7 +678,7 @@ ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept
         return RS_REAL(sendmsg)(fd, msg, flags);
     }
     InCall in(*s);
-    return ret(s->transport->sendmsg(fd, msg, flags));
+    return ret(s->transport.load()->sendmsg(fd, msg, flags));
 }
 
 int sendmmsg(int fd, mmsghdr *vec, unsigned int vlen, int flags) noexcept
@@ -689,7 +689,7 @@ int sendmmsg(int fd, mmsghdr *vec, unsigned int vlen, int flags) noexcept
     InCall in(*s);
     unsigned i = 0;
     for (; i < vlen; ++i) {
-        ssize_t r = s->transport->sendmsg(fd, &vec[i].msg_hdr, flags);
+        ssize_t r = s->transport.load()->sendmsg(fd, &vec[i].msg_hdr, flags);
         if (r < 0) {
             if (i == 0)
                 return static_cast<int>(ret(r));
@@ -939,7 +939,7 @@ int shutdown(int fd, int how) noexcept
     SocketRef s = offloaded_socket(fd);
     if (!s)
         return RS_REAL(shutdown)(fd, how);
-    return static_cast<int>(ret(s->transport->shutdown(fd, how)));
+    return static_cast<int>(ret(s->transport.load()->shutdown(fd, how)));
 }
 
 int dup(int fd) noexcept
@@ -994,7 +994,7 @@ int fcntl(int fd, int cmd, void *arg) noexcept
 int ioctl(int fd, unsigned long request, void *arg) noexcept
 {
     SocketRef s = offloaded_socket(fd);
-    Transport *c = s ? s->transport : nullptr;
+    Transport *c = s ? s->transport.load() : nullptr;
     if (c != nullptr && request == FIONBIO && arg != nullptr) {
         int r = RS_REAL(ioctl)(fd, request, arg);
         if (r == 0)
@@ -1047,7 +1047,7 @@ int setsockopt(int fd, int level, int name, const void *val, socklen_t len) noex
         *static_cast<const int *>(val) != 0) {
         if (SocketRef s = fdt::get(fd)) {
             if (s->offloaded() && s->transport != nullptr) {
-                if (int e = s->transport->urgent_inline()) {
+                if (int e = s->transport.load()->urgent_inline()) {
                     errno = -e;
                     return -1;
                 }
@@ -1147,7 +1147,7 @@ pid_t fork() noexcept
         ErrnoGuard g;
         fdt::for_each([](int, const SocketRef &s) {
             if (s->transport != nullptr)
-                s->transport->before_fork();
+                s->transport.load()->before_fork();
         });
     }
     // The locks a child's first close, or its exit, takes are held across the fork: the
@@ -1165,7 +1165,7 @@ pid_t fork() noexcept
         ErrnoGuard g;
         fdt::for_each([](int, const SocketRef &s) {
             if (s->transport != nullptr)
-                s->transport->after_fork_parent();
+                s->transport.load()->after_fork_parent();
         });
     }
     if (r == 0) {
@@ -1179,7 +1179,7 @@ pid_t fork() noexcept
         // they report ECONNRESET (documented in rdmasock(7), FORK).
         fdt::for_each([](int, const SocketRef &s) {
             if (s->transport != nullptr)
-                s->transport->after_fork_child();
+                s->transport.load()->after_fork_child();
             // A listener whose RDMA listener is another process's: its first use here
             // (epoll_ctl, accept) takes the hooked path (offload::listener_used).
             if (s->role == Role::listener && s->listener && s->registry)

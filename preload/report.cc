@@ -131,17 +131,17 @@ std::string describe_process() noexcept
             describe::Info ci = describe::capture(fd, *s);
             if (!ci.connection)
                 return;
-            if (s->transport != nullptr && s->transport->handed_off())
+            if (s->transport != nullptr && s->transport.load()->handed_off())
                 return;  // (another process serves it)
             const bool rdma = describe::on_rdma(*s);
             char link[80] = "-";
             if (rdma)
-                s->transport->link_name(link, sizeof link);
+                s->transport.load()->link_name(link, sizeof link);
             append(out, "socket fd=%d role=%s local=%s peer=%s transport=%s reason=%s phase=%s bytes_sent=%llu "
                         "bytes_received=%llu link=%s\n",
                    fd, role_name(s->role), ci.local, ci.peer, rdma ? "rdma" : "tcp",
                    rdma ? "-" : reason_code(describe::reason(*s, ci)),
-                   s->transport != nullptr ? s->transport->phase_name() : "tcp",
+                   s->transport != nullptr ? s->transport.load()->phase_name() : "tcp",
                    static_cast<unsigned long long>(ci.counters.bytes_sent),
                    static_cast<unsigned long long>(ci.counters.bytes_received), link);
         });

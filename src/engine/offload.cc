@@ -1169,6 +1169,16 @@ void drop_listener(Socket &s) noexcept
     s.listener.reset();
 }
 
+// Its close goes through close_orderly: on RDMA, a server verifying (it switches first:
+// close_connection takes the CONFIRM), a client negotiating (it takes a PROOF out of the
+// stream: unread, the kernel would answer its close with a reset).
+bool closes_orderly(const Conn &c) noexcept
+{
+    const Conn::Phase p = c.phase();
+    return p == Conn::Phase::rdma || p == Conn::Phase::verifying ||
+           (c.side() == Conn::Side::client && p == Conn::Phase::maybe);
+}
+
 // close() of a connection on RDMA (or about to be): its FIN or RESET, per SO_LINGER.
 // Last messages the peer does not take yet (a stopped process) are left to the progress
 // thread, with a duplicate of the TCP socket that keeps the TCP connection open until
@@ -1230,12 +1240,8 @@ void on_close(int fd, Socket &s) noexcept
             }
         }
     }
-    // A server socket in verifying switches first (close_connection takes the CONFIRM);
-    // a negotiating client takes a PROOF out of the stream.
-    if (c->phase() == Conn::Phase::rdma || c->phase() == Conn::Phase::verifying ||
-        (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe)) {
+    if (closes_orderly(*c))
         close_orderly(fd, *c);
-    }
     if (g_engine != nullptr && c->side() == Conn::Side::server)
         forget_undecided(g_engine, *c);
     c->note_closing();  // a server still undecided: no request came (or one was declined)
@@ -1275,9 +1281,11 @@ void at_exit() noexcept
         if (s->transport == nullptr || !s->offloaded())
             return;
         auto *c = Conn::of(s->transport);
-        if (c->phase() != Conn::Phase::rdma)
-            return;
-        close_orderly(fd, *c);
+        // (A client still negotiating too: a PROOF left unread in its stream would make
+        // the kernel's close at exit a reset; parity case stdio_flushed_at_exit under
+        // TSan's timing, where the server's PROOF came before the child's exit.)
+        if (closes_orderly(*c))
+            close_orderly(fd, *c);
     });
     // The progress thread sends what the closed connections still have to send (a
     // stopped peer's): the process waits for it, in the same bounds (Conn::draining).

@@ -61,7 +61,9 @@ public:
     sockaddr_storage local{};
     sockaddr_storage peer{};
     bool has_peer = false;
-    Transport *transport = nullptr;  // null: kernel TCP (the default transport)
+    // null: kernel TCP (the default transport).  Set by a connect() while other threads
+    // may look (a fork() in another thread: hook::fork).
+    std::atomic<Transport *> transport{nullptr};
     std::shared_ptr<void> listener;  // the RDMA listener of a listening socket
     pid_t listener_pid = 0;          // the process that opened it
     // A listener's table of which process serves which connection, shared with every

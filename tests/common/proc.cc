@@ -47,8 +47,8 @@ void set_var(Env &env, const std::string &name, const std::string &value)
 
 std::string preload_value(const std::string &lib)
 {
-    const std::string first = env_or("TEST_PRELOAD_FIRST", "");
-    return first.empty() ? lib : first + " " + lib;
+    const std::string first = env_or("TEST_PRELOAD_FIRST", ""), after = env_or("TEST_PRELOAD_AFTER", "");
+    return (first.empty() ? "" : first + " ") + lib + (after.empty() ? "" : " " + after);
 }
 
 Env with_lib(Env env, const std::string &lib, const std::string &log_level, const std::string &log_file)

@@ -16,8 +16,9 @@ using Env = std::vector<std::string>;  // NAME=VALUE entries
 Env base_env();
 // Set (or replace) NAME in env.
 void set_var(Env &env, const std::string &name, const std::string &value);
-// The LD_PRELOAD value that loads lib: "$TEST_PRELOAD_FIRST lib" when that is set (a
-// sanitizer's runtime, which must come first: tests/sanitize/run-sanitized), else lib.
+// The LD_PRELOAD value that loads lib: "$TEST_PRELOAD_FIRST lib $TEST_PRELOAD_AFTER",
+// each when set (a sanitizer's runtime, ASan's first, TSan's after the library, whose
+// calls of the C library then go through its interceptors: tests/sanitize/run-sanitized).
 std::string preload_value(const std::string &lib);
 // env plus LD_PRELOAD=preload_value(lib) and, when not empty, RDMASOCK_LOG_LEVEL and RDMASOCK_LOG_FILE:
 // the "with" side.
