@@ -391,6 +391,13 @@ unsigned Conn::poll_mask(int) noexcept
         const uint64_t n = tcp_prefix_bytes_locked() + (sw_.prefix_known() ? ring_.avail() : 0);
         if (tcp_eof || st.shut_rd || n >= lowat)
             m |= POLLIN;
+        // The server's end came before its PREFIX (it shut down writing before the
+        // switch; its FIN over RDMA follows the PREFIX): the kernel's POLLRDHUP, seen by
+        // a poll while the connection was still deciding, stays as the kernel's does.
+        // (Parity readiness_ppoll, default mode, once: POLLRDHUP, then the switch, then
+        // POLLIN alone.)
+        if (tcp_eof)
+            m |= POLLRDHUP;
     } else if (readable_locked()) {
         m |= POLLIN;
     }
