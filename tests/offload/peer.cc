@@ -113,6 +113,7 @@ struct Options {
     int pause_ms = 0;  // client, one-direction streams: sleep between the data and shutdown()
     bool fionread_banner = false;  // client: wait until FIONREAD counts the whole banner
     int accept_delay_ms = 0;  // server: sleep before each accept()
+    int first_accept_delay_ms = 0;  // server: sleep before the first accept() only
     // server: close the listening socket right after each accept() (a one-shot server
     // such as nc -l), and listen anew on the same port for the next connection
     bool close_listener = false;
@@ -1813,8 +1814,10 @@ int server_main()
         return prefork_main(lss, conn_count());
     }
     for (int i = 0, n = conn_count(); i < n; ++i) {
-        if (opt.accept_delay_ms > 0)
-            usleep(static_cast<useconds_t>(opt.accept_delay_ms) * 1000);
+        if (opt.accept_delay_ms > 0 || (i == 0 && opt.first_accept_delay_ms > 0))
+            usleep(static_cast<useconds_t>(i == 0 && opt.first_accept_delay_ms > 0 ? opt.first_accept_delay_ms
+                                                                                   : opt.accept_delay_ms) *
+                   1000);
         int fd = accept4(ls, nullptr, nullptr, SOCK_CLOEXEC);
         if (fd < 0)
             die("accept: %s", strerror(errno));
@@ -1937,7 +1940,7 @@ void usage()
             "usage: peer server|client --addr A [--port P] [--ports P1,P2,...] [--conns K]\n"
             "       [--plan C2S:S2C[:API[:bidir]],...] [--chunk N] [--banner N] [--echo] [--expect-echo]\n"
             "       [--close-exit] [--nonblock-connect] [--wait-decided] [--shutdown-decided]\n"
-            "       [--hold-ms N] [--accept-delay-ms N]\n"
+            "       [--hold-ms N] [--accept-delay-ms N] [--first-accept-delay-ms N]\n"
             "       [--close-listener]\n"
             "       [--wait-mode poll|select|epoll] [--push] [--stall-ms N]\n"
             "       [--warmup ADDR:PORT] [--pause-ms N] [--fionread-banner]\n"
@@ -2014,6 +2017,7 @@ int main(int argc, char **argv)
         {"scenario", required_argument, nullptr, 'S'}, {"helper", no_argument, nullptr, 'H'},
         {"hold-ms", required_argument, nullptr, 'h'},  {"pause-ms", required_argument, nullptr, 'Q'},  {"fionread-banner", no_argument, nullptr, 'F'},  {"allow-tcp", no_argument, nullptr, 'T'},
         {"accept-delay-ms", required_argument, nullptr, 'D'}, {"wait-mode", required_argument, nullptr, 'w'},
+        {"first-accept-delay-ms", required_argument, nullptr, 'J'},
         {"push", no_argument, nullptr, 'u'},          {"stall-ms", required_argument, nullptr, 'z'},
         {"warmup", required_argument, nullptr, 'y'},   {"close-listener", no_argument, nullptr, 'C'},
         {"prefork", required_argument, nullptr, 'k'},  {"fork-per-conn", no_argument, nullptr, 'K'},
@@ -2047,6 +2051,7 @@ int main(int argc, char **argv)
         case 'F': opt.fionread_banner = true; break;
         case 'T': opt.allow_tcp = true; break;
         case 'D': opt.accept_delay_ms = atoi(optarg); break;
+        case 'J': opt.first_accept_delay_ms = atoi(optarg); break;
         case 'C': opt.close_listener = true; break;
         case 'k': opt.prefork = atoi(optarg); break;
         case 'K': opt.fork_per_conn = true; break;
