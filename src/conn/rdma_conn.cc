@@ -399,7 +399,13 @@ bool Conn::start_drain(int fd) noexcept
     }
     struct stat st{};
     ::fstat(d, &st);
-    std::lock_guard<std::mutex> lk(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
+    if (drain_fd_ >= 0 || closed_) {
+        // (Another thread's close or exit of the same connection made one first.)
+        lk.unlock();
+        close_drained(d);
+        return false;
+    }
     drain_ino_ = st.st_ino;
     drain_dev_ = st.st_dev;
     drain_fd_ = d;
@@ -411,6 +417,9 @@ bool Conn::start_drain(int fd) noexcept
 int Conn::verify_closed_locked(Clock::time_point now) noexcept
 {
     const int d = drain_fd_;
+    struct stat st{};
+    if (::fstat(d, &st) != 0 || st.st_ino != drain_ino_ || st.st_dev != drain_dev_)
+        return -1;  // (the program closed the duplicate's number: close_range(), closefrom())
     // The client's FIN first, then the completion queue: a client that switches has its
     // SWITCH acknowledged before it writes its CONFIRM, and so before its FIN.
     const bool ended = util::tcp_peer_ended(d);

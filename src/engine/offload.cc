@@ -1283,8 +1283,10 @@ void at_exit() noexcept
         auto *c = Conn::of(s->transport);
         // (A client still negotiating too: a PROOF left unread in its stream would make
         // the kernel's close at exit a reset; parity case stdio_flushed_at_exit under
-        // TSan's timing, where the server's PROOF came before the child's exit.)
-        if (closes_orderly(*c))
+        // TSan's timing, where the server's PROOF came before the child's exit.  Not a
+        // server verifying: its close waits for the client's switch, which exit does
+        // not, as before.)
+        if (c->phase() == Conn::Phase::rdma || (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe))
             close_orderly(fd, *c);
     });
     // The progress thread sends what the closed connections still have to send (a
