@@ -303,16 +303,22 @@ int Conn::gate_expired_locked() noexcept
     // error state), then the completion queue is read once more: a SWITCH that got in
     // before is honoured, and none can get in (nor be acknowledged, so no CONFIRM can
     // follow) after.  Giving up without that could race a SWITCH arriving this moment.
-    up_.release_rdma(*this);
-    poll_cq_locked();
-    if (sw_.switch_known()) {
-        // Its CONFIRM may follow (if the acknowledgement left before the stop): it must
-        // be taken out of the stream, but the queue pair is gone (try_confirm_locked).
-        sw_.note_qp_stopped();
+    if (stop_for_switch_locked())
         return 0;
-    }
     give_up_verify_locked(Reason::timeout);
     return -1;
+}
+
+bool Conn::stop_for_switch_locked() noexcept
+{
+    up_.release_rdma(*this);
+    poll_cq_locked();
+    if (!sw_.switch_known())
+        return false;
+    // Its CONFIRM may follow (if the acknowledgement left before the stop): it must be
+    // taken out of the stream, but the queue pair is gone (try_confirm_locked).
+    sw_.note_qp_stopped();
+    return true;
 }
 
 void Conn::give_up_verify_locked(Reason why) noexcept
@@ -386,14 +392,15 @@ void Conn::enter_rdma_locked(Switchover::Event e, int lowat) noexcept
     rt::g_offloaded.fetch_add(1, std::memory_order_relaxed);
     counted_ = true;
     up_.switched_to_rdma(tcp_fd_, *this);
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - made_).count();
-    rt::g_setup.record(us > 0 ? static_cast<unsigned long long>(us) : 0);
-    if (log::enabled(log::kInfo))
-        log_switch_locked(us, tcp_fd_);
+    note_switch_locked(tcp_fd_);
 }
 
-void Conn::log_switch_locked(long long us, int fd) const noexcept
+void Conn::note_switch_locked(int fd) const noexcept
 {
+    const long long us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - made_).count();
+    rt::g_setup.record(us > 0 ? static_cast<unsigned long long>(us) : 0);
+    if (!log::enabled(log::kInfo))
+        return;
     char local[64] = "-", peer[64] = "-";
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;

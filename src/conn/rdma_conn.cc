@@ -429,13 +429,9 @@ int Conn::verify_closed_locked(Clock::time_point now) noexcept
     if (!sw_.switch_known()) {
         if (!ended && !sw_.gate_expired(now))
             return 0;
-        // As gate_expired_locked(): the queue pair stops, then the completion queue is
-        // read once more; a SWITCH that got in before it is honoured.
-        up_.release_rdma(*this);
-        poll_cq_locked();
-        if (!sw_.switch_known())
+        // As gate_expired_locked(): a SWITCH that got in before the stop is honoured.
+        if (!stop_for_switch_locked())
             return -1;
-        sw_.note_qp_stopped();
     }
     if (sw_.before_switch_offset())
         return -1;  // (the program left the client's bytes unread: its kernel resets)
@@ -452,10 +448,7 @@ int Conn::verify_closed_locked(Clock::time_point now) noexcept
         return -1;
     sw_.on(Switchover::Event::server_switch);
     sw_.stop_verify_watch();
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - made_).count();
-    rt::g_setup.record(us > 0 ? static_cast<unsigned long long>(us) : 0);
-    if (log::enabled(log::kInfo))
-        log_switch_locked(us, d);
+    note_switch_locked(d);
     RS_DEBUG("connection fd=%d: switched to RDMA after its close, %llu TCP bytes", shown_fd(),
              static_cast<unsigned long long>(sw_.tcp_sent()));
     drain_until_ = now + std::chrono::milliseconds(rt::config().linger_ms);

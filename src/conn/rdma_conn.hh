@@ -369,6 +369,10 @@ private:
     // Server, verifying, no SWITCH yet: 0 while it may still come (or it got in as the
     // wait ended), else decided tcp (timeout) and -1.
     int gate_expired_locked() noexcept;
+    // No SWITCH in time: the queue pair stops (rdma_disconnect moves it to the error
+    // state), then the completion queue is read once more; true when a SWITCH got in
+    // before the stop (none can after, nor be acknowledged).
+    bool stop_for_switch_locked() noexcept;
     void give_up_verify_locked(Reason why) noexcept;
     // Both sides, at the switch: phase rdma, readiness moves to the eventfds.
     void enter_rdma_locked(Switchover::Event e, int lowat) noexcept;
@@ -508,7 +512,9 @@ private:
     Counters counters_;
     const Clock::time_point made_ = Clock::now();  // connect() or accept(): the switch line's setup time
     // The info-level line of the switch (rdmasock(7), LOGGING).
-    void log_switch_locked(long long setup_us, int fd) const noexcept;
+    // The switch's set-up time in the statistics, and its info line (fd: the TCP socket,
+    // the program's or, after its close, the library's duplicate).
+    void note_switch_locked(int fd) const noexcept;
 };
 
 }  // namespace rdmasock

@@ -1169,16 +1169,6 @@ void drop_listener(Socket &s) noexcept
     s.listener.reset();
 }
 
-// Its close goes through close_orderly: on RDMA, a server verifying (it switches first:
-// close_connection takes the CONFIRM), a client negotiating (it takes a PROOF out of the
-// stream: unread, the kernel would answer its close with a reset).
-bool closes_orderly(const Conn &c) noexcept
-{
-    const Conn::Phase p = c.phase();
-    return p == Conn::Phase::rdma || p == Conn::Phase::verifying ||
-           (c.side() == Conn::Side::client && p == Conn::Phase::maybe);
-}
-
 // close() of a connection on RDMA (or about to be): its FIN or RESET, per SO_LINGER.
 // Last messages the peer does not take yet (a stopped process) are left to the progress
 // thread, with a duplicate of the TCP socket that keeps the TCP connection open until
@@ -1240,8 +1230,12 @@ void on_close(int fd, Socket &s) noexcept
             }
         }
     }
-    if (closes_orderly(*c))
+    // A server socket in verifying switches first (close_connection takes the CONFIRM);
+    // a negotiating client takes a PROOF out of the stream.
+    if (c->phase() == Conn::Phase::rdma || c->phase() == Conn::Phase::verifying ||
+        (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe)) {
         close_orderly(fd, *c);
+    }
     if (g_engine != nullptr && c->side() == Conn::Side::server)
         forget_undecided(g_engine, *c);
     c->note_closing();  // a server still undecided: no request came (or one was declined)
