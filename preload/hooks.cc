@@ -816,10 +816,13 @@ ssize_t splice_to(Socket &s, int pipe_r, int sock, size_t len, unsigned flags) n
 {
     const bool nonblock = (flags & SPLICE_F_NONBLOCK) != 0;
     int t[2];
-    if (pipe2(t, O_CLOEXEC) != 0)
-        return -1;
-    t[0] = util::move_high(t[0]);
-    t[1] = util::move_high(t[1]);
+    {
+        util::FdGate making(util::FdGate::making);
+        if (pipe2(t, O_CLOEXEC) != 0)
+            return -1;
+        t[0] = util::move_high(t[0]);
+        t[1] = util::move_high(t[1]);
+    }
     char buf[kSpliceChunk];
     ssize_t r = tee(pipe_r, t[1], len < sizeof buf ? len : sizeof buf, nonblock ? SPLICE_F_NONBLOCK : 0);
     if (r > 0) {
@@ -957,7 +960,11 @@ int dup2(int fd, int fd2) noexcept
     if (fd == fd2)
         return RS_REAL(dup2)(fd, fd2);
     Victim v = prepare_victim(fd, fd2);
-    int r = RS_REAL(dup2)(fd, fd2);
+    int r;
+    {
+        util::FdGate placing(util::FdGate::placing);
+        r = RS_REAL(dup2)(fd, fd2);
+    }
     if (r >= 0) {
         ErrnoGuard g;
         after_dup(fd, r, &v);
@@ -970,7 +977,11 @@ int dup3(int fd, int fd2, int flags) noexcept
     if (fd == fd2)
         return RS_REAL(dup3)(fd, fd2, flags);  // EINVAL, as the kernel says
     Victim v = prepare_victim(fd, fd2);
-    int r = RS_REAL(dup3)(fd, fd2, flags);
+    int r;
+    {
+        util::FdGate placing(util::FdGate::placing);
+        r = RS_REAL(dup3)(fd, fd2, flags);
+    }
     if (r >= 0) {
         ErrnoGuard g;
         after_dup(fd, r, &v);
@@ -1170,6 +1181,7 @@ pid_t fork() noexcept
     }
     if (r == 0) {
         ErrnoGuard g;
+        util::fd_gate_after_fork_child();
         rt::after_fork_child();
         offload::after_fork_child();
         streams_after_fork_child();

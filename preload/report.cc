@@ -154,7 +154,7 @@ std::string describe_process() noexcept
 
 int open() noexcept
 {
-    int fd = util::move_high(RS_REAL(socket)(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    int fd = util::make_high([] { return RS_REAL(socket)(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0); });
     if (fd < 0)
         return -1;
     int one = 1;

@@ -4,7 +4,13 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <atomic>
+#include <climits>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/real.hh"
 
@@ -24,7 +30,89 @@ int floor_fd() noexcept
     }();
     return floor;
 }
+
+// > 0: that many threads are making descriptors; < 0: that many are placing one.
+std::atomic<int> g_gate{0};
+// Placers waiting: no maker enters meanwhile (a dup2 is one system call; the progress
+// thread, making, would otherwise keep a busy program's dup2 out for long).
+std::atomic<int> g_placers_waiting{0};
+std::atomic<int> g_sleepers{0};  // threads asleep on g_gate (a futex)
+// How deep this thread is in gates (nested ones, a signal handler's).  Counted before the
+// shared count is taken and after it is given back, so a handler that interrupts in
+// between passes instead of waiting for its own thread.
+__thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
+
+constexpr long kGateGiveUpNs = 2'000'000'000L;
+constexpr long kGateNapNs = 1'000'000;  // (a waking placer lets a maker in without a wake-up)
+
+long futex(std::atomic<int> *word, int op, int val, const timespec *t) noexcept
+{
+    return syscall(SYS_futex, reinterpret_cast<int *>(word), op, val, t, nullptr, 0);
+}
+
+long ns_since(const timespec &t0) noexcept
+{
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - t0.tv_sec) * 1'000'000'000L + (now.tv_nsec - t0.tv_nsec);
+}
+
+bool gate_enter(int side) noexcept
+{
+    const int saved = errno;
+    timespec t0{};
+    bool timed = false;
+    for (;;) {
+        int v = g_gate.load(std::memory_order_relaxed);
+        while (v * side >= 0 && (side < 0 || g_placers_waiting.load(std::memory_order_relaxed) == 0))
+            if (g_gate.compare_exchange_weak(v, v + side, std::memory_order_acquire, std::memory_order_relaxed)) {
+                errno = saved;
+                return true;
+            }
+        if (!timed) {
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            timed = true;
+        } else if (ns_since(t0) > kGateGiveUpNs) {
+            errno = saved;
+            return false;
+        }
+        // Asleep until the count changes and comes to 0 (the last one out wakes us).
+        const timespec nap{0, kGateNapNs};
+        g_sleepers.fetch_add(1, std::memory_order_seq_cst);
+        futex(&g_gate, FUTEX_WAIT_PRIVATE, v, &nap);
+        g_sleepers.fetch_sub(1, std::memory_order_relaxed);
+    }
+}
+
 }  // namespace
+
+FdGate::FdGate(Side side) noexcept : held_(0)
+{
+    if (t_depth++ != 0)
+        return;  // (this thread holds a side already)
+    if (side == placing)
+        g_placers_waiting.fetch_add(1, std::memory_order_relaxed);
+    if (gate_enter(side))
+        held_ = side;
+    if (side == placing)
+        g_placers_waiting.fetch_sub(1, std::memory_order_relaxed);
+}
+
+FdGate::~FdGate()
+{
+    if (held_ != 0 && g_gate.fetch_sub(held_, std::memory_order_seq_cst) == held_ &&
+        g_sleepers.load(std::memory_order_seq_cst) != 0)
+        futex(&g_gate, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
+    if (t_depth > 0)
+        --t_depth;
+}
+
+void fd_gate_after_fork_child() noexcept
+{
+    g_gate.store(0, std::memory_order_relaxed);
+    g_placers_waiting.store(0, std::memory_order_relaxed);
+    t_depth = 0;
+}
 
 int move_high(int fd) noexcept
 {

@@ -43,6 +43,7 @@ void open_file(const char *pattern) noexcept
 {
     char file[sizeof g_pattern + 16];
     expand(pattern, file, sizeof file);
+    util::FdGate making(util::FdGate::making);
     int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) {
         g_fd.store(util::move_high(fd), std::memory_order_relaxed);

@@ -32,8 +32,8 @@ void efd_drain(int fd) noexcept
 }  // namespace
 
 Shadows::Shadows() noexcept
-    : rd_(util::move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC))),
-      wr_(util::move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC))),
+    : rd_(util::make_high([] { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); })),
+      wr_(util::make_high([] { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); })),
       made_(rd_fd() >= 0 && wr_fd() >= 0)
 {
 }

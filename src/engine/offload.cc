@@ -129,7 +129,7 @@ void Engine::watch_holder(pid_t p) noexcept
     // mu held.
     if (holder_fds_.count(p) != 0)
         return;
-    const int fd = util::move_high(static_cast<int>(syscall(SYS_pidfd_open, p, 0)));
+    const int fd = util::make_high([p] { return static_cast<int>(syscall(SYS_pidfd_open, p, 0)); });
     if (fd < 0) {
         holder_poll_ = true;  // (before Linux 5.3, or not allowed: look every second)
         next_holder_poll_ = Clock::now() + Ms(1000);
@@ -227,6 +227,9 @@ void log_start(const std::vector<std::shared_ptr<rdma::Context>> &devices) noexc
 
 bool Engine::start() noexcept
 {
+    // Loading rdma-core and opening the devices make descriptors of their own, some only
+    // for a moment (util::FdGate).
+    util::FdGate making(util::FdGate::making);
     if (!rdma::dl::load())  // rdma-core, from the first connection that may be offloaded
         return false;
     int err = 0;
@@ -551,7 +554,7 @@ uint16_t Engine::own_listener(const sockaddr_storage &local) noexcept
     else
         reinterpret_cast<sockaddr_in6 *>(&a)->sin6_port = 0;
     const socklen_t alen = a.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-    const int reserve = util::move_high(RS_REAL(socket)(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const int reserve = util::make_high([&a] { return RS_REAL(socket)(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0); });
     socklen_t got_len = alen;
     int err = 0;
     std::shared_ptr<rdma::CmId> id;
@@ -895,11 +898,15 @@ bool holder_gone(pid_t p) noexcept
         return true;
     char path[40], buf[256];
     snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(p));
-    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    const ssize_t n = RS_REAL(read)(fd, buf, sizeof buf - 1);
-    RS_REAL(close)(fd);
+    ssize_t n = -1;
+    {
+        util::FdGate making(util::FdGate::making);
+        const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return false;
+        n = RS_REAL(read)(fd, buf, sizeof buf - 1);
+        RS_REAL(close)(fd);
+    }
     if (n <= 0)
         return false;
     buf[n] = '\0';

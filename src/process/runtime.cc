@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <sched.h>
 
+#include "base/fd.hh"
 #include "base/log.hh"
 #include "base/real.hh"
 #include "rdma/probe.hh"
@@ -60,6 +61,9 @@ void env_warn(const char *line, void *) { log::write(log::kWarn, "%s", line); }
 
 void start() noexcept
 {
+    // The rules file, the log file and the devices' sysfs files are opened here: a
+    // program thread does not place a descriptor meanwhile (util::FdGate).
+    util::FdGate making(util::FdGate::making);
     the_rules() = rules::load(secure_getenv("RDMASOCK_RULES_FILE"), env_warn, nullptr);
     the_config() = load_config(env_get, nullptr, env_warn, nullptr);
     log::configure(static_cast<int>(the_config().log_level), the_config().log_file.c_str());

@@ -318,6 +318,7 @@ std::shared_ptr<CompChannel> CompChannel::create(std::shared_ptr<Context> ctx,
         set_err(err, ENOMEM);
         return nullptr;
     }
+    util::FdGate making(util::FdGate::making);
     errno = 0;
     c->ch_ = ibv_create_comp_channel(ctx->get());
     if (c->ch_ == nullptr) {
@@ -496,6 +497,7 @@ std::shared_ptr<CmChannel> CmChannel::create(int *err) noexcept
         set_err(err, ENOMEM);
         return nullptr;
     }
+    util::FdGate making(util::FdGate::making);
     errno = 0;
     c->ch_ = rdma_create_event_channel();
     if (c->ch_ == nullptr) {

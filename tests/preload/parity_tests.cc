@@ -217,6 +217,14 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
             for (const char *why :
                  {"forked", "timeout", "rejected", "peer_no_rdmasock", "pending", "closed_early", "not_connected"})
                 o->tcp.push_back(std::string(role) + " " + why);
+    } else if (key == "dup2-race") {
+        // Connections one after another, each read at once: on RDMA, or on TCP when a
+        // negotiation did not finish before the exchange ended it (closed_early and
+        // what goes with it).
+        o->some = true;
+        for (const char *role : {"client", "server"})
+            for (const char *why : {"timeout", "peer_no_rdmasock", "pending", "closed_early"})
+                o->tcp.push_back(std::string(role) + " " + why);
     } else if (key == "pass-child") {
         // The server passed its accepted connection on before using it (and before or
         // after the client's request came: declined either way).
@@ -1259,6 +1267,18 @@ write via the duplicate = 4
 b reads = 4
 bytes = back
 b reads EOF after the duplicate's close = 0
+)")
+
+// Issue 17, point 2: a thread puts descriptors on numbers it has just closed (dup2)
+// while another makes connections: no placed number is closed or replaced behind its
+// back (RDMA mode, before: the library's descriptors passed through the lowest free
+// number on their way high, and a dup2() in between lost the program's descriptor).
+PARITY_CASE(dup2_onto_closed_number_while_connecting, ({"dup2-race"}), nullptr,
+R"(numbers placed with dup2 while connections were made: many
+placed numbers closed or replaced behind the program's back: 0
+bytes written into the program's pipe by someone else: 0
+connections made meanwhile: some
+exchanges that failed: 0
 )")
 
 // close_range() of a connection's number, then of both numbers of a duplicated one, and

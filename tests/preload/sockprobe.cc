@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <functional>
 #include <initializer_list>
+#include <mutex>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -2015,6 +2016,141 @@ int sc_dup_reuse(const Args &)
     return 0;
 }
 
+// Issue 17, point 2: one thread closes numbers and puts a descriptor of its own back on
+// each with dup2(), over and over, while another makes 200 connections (for at most 10 s)
+// and exchanges a few bytes on each (then waits 1 ms).  The program makes its own descriptors (socket,
+// accept, dup, pipe) under a lock it also holds from each close to its dup2, as a
+// program that owns its numbers does: only the library can take a number in between.
+// The numbers are the lowest ones free at the start, so a descriptor made while one is
+// closed gets it; the first listener (the library's engine starts then) is made while
+// numbers are placed.  Each placed number must still hold the program's pipe a few rounds
+// later, nothing but the program may write into that pipe, and every exchange must be
+// exact.  (RDMA mode, before: the library made its descriptors, in connect() and on its
+// own threads, on the lowest free number and then moved them high; a dup2() in between
+// replaced one, and the move closed the program's descriptor and kept a duplicate of it.)
+int sc_dup2_race(const Args &)
+{
+    constexpr long kRunMs = 10000;
+    constexpr int kConns = 200;  // (a connection's close line names its ports: few enough that none repeats)
+    constexpr int kNumbers = 4;
+    constexpr long kFreeNs = 20000;  // how long a number stays closed
+    std::mutex own;
+    int pp[2];
+    must(pipe(pp), "pipe");
+    struct stat want {};
+    fstat(pp[1], &want);
+    int numbers[kNumbers];
+    for (int &n : numbers)
+        n = must(dup(pp[1]), "dup");
+    sockaddr_storage la{};
+    socklen_t ll = 0;
+    int l = -1;
+    std::atomic<bool> stop{false};
+    std::atomic<int> conns{0}, bad{0};
+    std::thread churn([&] {
+        {
+            std::lock_guard<std::mutex> g(own);
+            l = must(socket(AF_INET, SOCK_STREAM, 0), "socket");
+        }
+        // The library starts its engine for the first listener on an RDMA address: it
+        // loads rdma-core and opens the devices while the other thread places numbers.
+        sockaddr_storage ss;
+        socklen_t len = loopback(AF_INET, ss);
+        must(bind(l, reinterpret_cast<sockaddr *>(&ss), len), "bind");
+        ll = sizeof la;
+        must(getsockname(l, reinterpret_cast<sockaddr *>(&la), &ll), "getsockname");
+        must(listen(l, 64), "listen");
+        while (!stop.load() && conns.load() < kConns) {
+            int c = -1, s = -1, rc = -1;
+            {
+                std::lock_guard<std::mutex> g(own);
+                c = socket(AF_INET, SOCK_STREAM, 0);
+            }
+            std::thread t([&] { rc = connect(c, reinterpret_cast<const sockaddr *>(&la), ll); });
+            pollfd lp{l, POLLIN, 0};
+            if (poll(&lp, 1, 5000) == 1) {
+                std::lock_guard<std::mutex> g(own);
+                s = accept(l, nullptr, nullptr);
+            }
+            if (s >= 0) {  // (the library decides a server end once it is read)
+                pollfd pf{s, POLLIN, 0};
+                poll(&pf, 1, 0);
+            }
+            t.join();
+            bool ok = rc == 0 && s >= 0;
+            char b[4];
+            for (int k = 0; ok && k < 3; ++k)
+                ok = write(c, "ping", 4) == 4 && read_n(s, b, 4) == 4 && memcmp(b, "ping", 4) == 0 &&
+                     write(s, "pong", 4) == 4 && read_n(c, b, 4) == 4 && memcmp(b, "pong", 4) == 0;
+            if (!ok)
+                bad.fetch_add(1);
+            close(c);
+            if (s >= 0)
+                close(s);
+            conns.fetch_add(1);
+            poll(nullptr, 0, 1);  // (on loopback: connections spread over the dup2s)
+        }
+    });
+    long placed = 0, dup2_ns = 0;
+    int taken = 0;
+    auto ours = [&](int x) {
+        struct stat st {};
+        return fstat(x, &st) == 0 && st.st_ino == want.st_ino && st.st_dev == want.st_dev;
+    };
+    timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (int i = 0; elapsed_ms(start) < kRunMs && conns.load() < kConns; ++i) {
+        int &x = numbers[i % kNumbers];  // (placed kNumbers rounds ago)
+        if (x < 0)
+            continue;
+        if (!ours(x)) {
+            ++taken;
+            x = -1;  // (not the program's any more: left alone)
+            continue;
+        }
+        {
+            std::lock_guard<std::mutex> g(own);
+            close(x);
+            timespec t0, t;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            do
+                clock_gettime(CLOCK_MONOTONIC, &t);
+            while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < kFreeNs);
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            if (dup2(pp[1], x) != x) {
+                ++taken;
+                x = -1;
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            dup2_ns += (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec);
+        }
+        ++placed;
+        const timespec nap{0, kFreeNs};  // (the other thread gets the lock too)
+        nanosleep(&nap, nullptr);
+    }
+    stop.store(true);
+    churn.join();
+    for (int x : numbers)
+        if (x >= 0 && ours(x))
+            close(x);
+        else if (x >= 0)
+            ++taken;
+    int queued = 0;
+    ioctl(pp[0], FIONREAD, &queued);
+    close(pp[0]);
+    close(pp[1]);
+    close(l);
+    out("numbers placed with dup2 while connections were made: %s", placed >= 200 ? "many" : "few");
+    out("placed numbers closed or replaced behind the program's back: %d", taken);
+    out("bytes written into the program's pipe by someone else: %d", queued);
+    out("connections made meanwhile: %s", conns.load() >= 20 ? "some" : "few");
+    out("exchanges that failed: %d", bad.load());
+    if (getenv("SOCKPROBE_COUNTS") != nullptr)  // (the figures vary: not in the transcript)
+        fprintf(stderr, "dup2-race: %ld numbers placed (%ld us in dup2), %d connections in %ld ms\n", placed,
+                dup2_ns / 1000, conns.load(), elapsed_ms(start));
+    return 0;
+}
+
 // After a's number was closed: a file takes it at once, 1000 bytes written there stay in
 // the file, and the peer b reads EOF.  Closes the file and b.
 void file_takes_the_number(int a, int b)
@@ -3324,6 +3460,7 @@ const Scenario kScenarios[] = {
     {"dup", sc_dup, ""},
     {"dup2-live", sc_dup2_live, ""},
     {"dup-reuse", sc_dup_reuse, ""},
+    {"dup2-race", sc_dup2_race, ""},
     {"close-range", sc_close_range, ""},
     {"syscall-close", sc_syscall_close, ""},
     {"splice", sc_splice, ""},
