@@ -1199,11 +1199,16 @@ pid_t fork() noexcept
         });
         // The kernel copies the descriptor table before the memory: a socket another
         // thread opened (accept, socket) in between is in the child's table of sockets
-        // but not among its descriptors.  Such entries are dropped silently (a child
-        // that closed its descriptors logged close lines of sockets it never had);
-        // after the pass above, which gave each connection copy fresh locks.
-        fdt::for_each([](int fd, const SocketRef &) {
-            if (RS_REAL(fcntl)(fd, F_GETFD, nullptr) < 0)
+        // but not among its descriptors, and one it closed may have left its number to
+        // another file (under TSan's timing, parity fork_exec_storm_with_connections
+        // logged a close line whose number was no socket: "local=-").  Such entries
+        // are dropped silently (a child that closed its descriptors logged close lines
+        // of sockets it never had); after the pass above, which gave each connection
+        // copy fresh locks.
+        fdt::for_each([](int fd, const SocketRef &s) {
+            struct stat st {};
+            const uint64_t ino = s->inode.load(std::memory_order_relaxed);
+            if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) || (ino != 0 && ino != st.st_ino))
                 if (SocketRef gone = fdt::remove(fd))
                     gone->drop_fd();
         });

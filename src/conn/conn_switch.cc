@@ -152,7 +152,7 @@ bool Conn::begin_verify(const neg::Nonce &n) noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
     // (A program that shut down writing can no longer put a PROOF into its stream.)
-    if (closed_ || sw_.phase() != Phase::maybe || sw_.tcp_shut_wr())
+    if (closed_ || refusing_ || sw_.phase() != Phase::maybe || sw_.tcp_shut_wr())
         return false;
     // From here on no TCP byte is delivered beyond what the SWITCH will name; a peer
     // that never sends it (a third party that knew the 4-tuple) holds the stream only
@@ -248,6 +248,12 @@ void Conn::note_closing() noexcept
     } else if (sw_.phase() == Phase::verifying) {
         sock_->reason.store(Reason::closed_early, std::memory_order_relaxed);  // the switch never completed
     }
+}
+
+void Conn::refuse_requests() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    refusing_ = true;
 }
 
 /* ---- the switch ------------------------------------------------------------------------- */

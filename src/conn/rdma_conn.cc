@@ -228,7 +228,7 @@ void Conn::after_fork_child() noexcept
 
 /* ---- close ------------------------------------------------------------------------------ */
 
-bool Conn::close_connection(bool abortive, int linger_s) noexcept
+bool Conn::close_connection(bool abortive, int linger_s, bool exiting) noexcept
 {
     // A fork child's copy of a connection with RDMA bound is the parent's: nothing to
     // send or wait for here (a child that closes every descriptor waited for the
@@ -265,7 +265,18 @@ bool Conn::close_connection(bool abortive, int linger_s) noexcept
         // close, as it does for any socket closed with unread input.)  Briefly here;
         // then the progress thread waits on for them, as long as the client may still
         // switch (verify_closed_locked), and the socket's FIN waits with it.
-        auto deadline = Clock::now() + std::chrono::milliseconds(rt::config().probe_timeout_ms);
+        //   At exit no such wait goes on after the process (each would add up to the
+        // switch window to the exit): a client that has not switched is stopped from
+        // switching now (its queue pair stops: a SWITCH that got in before is honoured,
+        // and none can get in after), and the CONFIRM of one that switched follows its
+        // SWITCH by an exchange.  (Before, the kernel's close at exit reset a connection
+        // whose CONFIRM had come unread: parity exit_with_connection_open under TSan.)
+        if (exiting) {
+            poll_cq_locked();
+            if (sw_.phase() == Phase::verifying && !sw_.switch_known() && !stop_for_switch_locked())
+                decide_tcp_locked(Reason::closed_early);
+        }
+        auto deadline = Clock::now() + std::chrono::milliseconds(exiting ? 200 : rt::config().probe_timeout_ms);
         while (sw_.phase() == Phase::verifying && presw_step_locked() == 0 && !sw_.before_switch_offset() &&
                Clock::now() < deadline) {
             lk.unlock();

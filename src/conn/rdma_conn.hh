@@ -215,6 +215,9 @@ public:
     // Before the close: a server socket still in maybe records its final reason (no
     // RDMA request came for it, or this process declined one).
     void note_closing() noexcept;
+    // The process exits: a server socket still in maybe takes no RDMA request from now
+    // on (one accepted after the exit step switched a connection the exit then cut).
+    void refuse_requests() noexcept;
 
     // poll/select on a socket still deciding: -1 it is on RDMA now (start over with its
     // eventfds), 1 its TCP bytes are held back (not readable, whatever the TCP socket
@@ -240,8 +243,10 @@ public:
     // set (linger_s > 0, up to that long): true when the last bytes or the FIN are
     // still to go out or be acknowledged (the peer has stopped taking them), or when a
     // server's client may still switch (it has the PROOF), which the progress thread
-    // then finishes (start_drain).
-    bool close_connection(bool abortive, int linger_s = 0) noexcept;
+    // then finishes (start_drain).  `exiting`: the process's exit, where nobody waits
+    // after us: a server's client that has not switched by now is kept from switching
+    // (its queue pair stops), and the CONFIRM of one that has is waited for briefly.
+    bool close_connection(bool abortive, int linger_s = 0, bool exiting = false) noexcept;
     // Closed with its last messages still to go (close_connection returned true):
     // the library holds a duplicate of `fd`, the TCP socket, until they went (false:
     // no descriptor for it).
@@ -480,6 +485,7 @@ private:
         uint64_t arrived_seen = 0;
     } tcp_;
     bool closed_ = false;  // the TCP fd is closed (its number may be reused)
+    bool refusing_ = false;  // refuse_requests()
     // Its socket object is recycled (destroy()): the close line is written.
     bool released_ = false;
     // Counted in rt::g_offloaded (a switch while the program had it), which retire()

@@ -1180,14 +1180,14 @@ void drop_listener(Socket &s) noexcept
 // Last messages the peer does not take yet (a stopped process) are left to the progress
 // thread, with a duplicate of the TCP socket that keeps the TCP connection open until
 // they went (the peer counts a TCP end with no FIN as a reset).
-void close_orderly(int fd, Conn &c) noexcept
+void close_orderly(int fd, Conn &c, bool exiting = false) noexcept
 {
     if (c.drain_pending())
         return;  // (at exit: another number of the same socket)
     linger lg{};
     socklen_t len = sizeof lg;
     const bool set = RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 && lg.l_onoff;
-    if (!c.close_connection(set && lg.l_linger == 0, set ? lg.l_linger : 0) || g_engine == nullptr)
+    if (!c.close_connection(set && lg.l_linger == 0, set ? lg.l_linger : 0, exiting) || g_engine == nullptr)
         return;
     std::shared_ptr<Conn> self = c.self();
     if (!self || !self->start_drain(fd))
@@ -1284,11 +1284,19 @@ void at_exit() noexcept
         auto *c = Conn::of(s->transport);
         // (A client still negotiating too: a PROOF left unread in its stream would make
         // the kernel's close at exit a reset; parity case stdio_flushed_at_exit under
-        // TSan's timing, where the server's PROOF came before the child's exit.  Not a
-        // server verifying: its close waits for the client's switch, which exit does
-        // not, as before.)
-        if (c->phase() == Conn::Phase::rdma || (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe))
-            close_orderly(fd, *c);
+        // TSan's timing, where the server's PROOF came before the child's exit.  A
+        // server verifying too, the same way for its client's CONFIRM; parity
+        // exit_with_connection_open under TSan: its wait at exit is short,
+        // Conn::close_connection.)
+        // First, a server socket takes no RDMA request from now on: one still in maybe
+        // stays on TCP (under TSan's timing its client's request came after this step,
+        // and the progress thread switched the connection the exit then cut: the client
+        // read ECONNRESET, parity exit_with_connection_open).
+        if (c->side() == Conn::Side::server)
+            c->refuse_requests();
+        if (c->phase() == Conn::Phase::rdma || c->phase() == Conn::Phase::verifying ||
+            (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe))
+            close_orderly(fd, *c, true);
     });
     // The progress thread sends what the closed connections still have to send (a
     // stopped peer's): the process waits for it, in the same bounds (Conn::draining).
