@@ -51,6 +51,28 @@ std::map<int, Set> &sets() noexcept
 }
 std::atomic<int> g_shadow_regs{0};    // registrations currently on shadows, all sets
 std::atomic<int> g_sets_count{0};
+// Numbers below kMarked that may have something here, one bit each: an epoll descriptor
+// with a set, or a descriptor registered in one (set under g_mu at the registration,
+// cleared only by a close's pass under g_mu).  A close() of any other number needs no
+// lock: one held across a fork would otherwise stop every thread's close of a file until
+// the fork is done, and TSan's report machinery closes a file while it holds a lock the
+// fork waits for (a deadlock in the TSan run's fork storm).
+constexpr unsigned kMarked = 1u << 16;
+std::atomic<uint64_t> g_marks[kMarked / 64];
+void mark(int fd, bool on) noexcept
+{
+    if (fd < 0 || static_cast<unsigned>(fd) >= kMarked)
+        return;
+    const uint64_t bit = uint64_t{1} << (fd % 64);
+    if (on)
+        g_marks[fd / 64].fetch_or(bit, std::memory_order_relaxed);
+    else
+        g_marks[fd / 64].fetch_and(~bit, std::memory_order_relaxed);
+}
+bool marked(int fd) noexcept
+{
+    return static_cast<unsigned>(fd) >= kMarked || (g_marks[fd / 64].load(std::memory_order_relaxed) >> (fd % 64) & 1) != 0;
+}
 
 constexpr uint32_t kFlags = EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP;
 
@@ -508,6 +530,8 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
     Set &set = sets()[epfd];
     if (set.regs.empty() && set.by_data.empty())
         g_sets_count.fetch_add(1, std::memory_order_relaxed);
+    mark(epfd, true);
+    mark(fd, true);
     auto it = set.regs.find(fd);
     const bool shadows = c->phase() == Conn::Phase::rdma;
     int r = 0;
@@ -646,7 +670,12 @@ void after_fork_child() noexcept
             r.second.inherited = true;
 }
 
-void on_close(int fd) noexcept { on_close_range(static_cast<unsigned>(fd), static_cast<unsigned>(fd)); }
+void on_close(int fd) noexcept
+{
+    if (fd < 0 || !marked(fd))
+        return;
+    on_close_range(static_cast<unsigned>(fd), static_cast<unsigned>(fd));
+}
 
 void on_close_range(unsigned first, unsigned last) noexcept
 {
@@ -681,6 +710,8 @@ void on_close_range(unsigned first, unsigned last) noexcept
             it = regs.erase(it);
         }
     }
+    for (int fd = lo; fd <= hi && static_cast<unsigned>(fd) < kMarked; ++fd)
+        mark(fd, false);  // (nothing of these numbers is left here)
 }
 
 }  // namespace rdmasock::readiness
