@@ -1161,16 +1161,25 @@ pid_t fork() noexcept
                 s->transport.load()->before_fork();
         });
     }
-    // The locks a child's first close, or its exit, takes are held across the fork: the
-    // child never inherits one held by another thread, which does not exist there to
-    // release it.
-    readiness::lock_for_fork();
-    g_deferred_mu.lock();
-    offload::lock_for_fork();
-    pid_t r = RS_REAL(fork)();
-    offload::unlock_after_fork();
-    g_deferred_mu.unlock();
-    readiness::unlock_after_fork();
+    pid_t r;
+    int fork_errno;
+    {
+        // The fork copies the numbers as they are: not while a library descriptor passes
+        // through a low one (util::FdGate; the child would keep it there).
+        util::FdGate placing(util::FdGate::placing);
+        // The locks a child's first close, or its exit, takes are held across the fork:
+        // the child never inherits one held by another thread, which does not exist
+        // there to release it.
+        readiness::lock_for_fork();
+        g_deferred_mu.lock();
+        offload::lock_for_fork();
+        r = RS_REAL(fork)();
+        fork_errno = errno;
+        offload::unlock_after_fork();
+        g_deferred_mu.unlock();
+        readiness::unlock_after_fork();
+    }
+    errno = fork_errno;
     if (r > 0 && rt::g_pending.load(std::memory_order_relaxed) != 0) {
         // Accepted connections not used yet: the child may serve them.
         ErrnoGuard g;

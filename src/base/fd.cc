@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.hh"
 #include "base/real.hh"
 
 namespace rdmasock::util {
@@ -42,12 +43,15 @@ std::atomic<int> g_sleepers{0};  // threads asleep on g_gate (a futex)
 // between passes instead of waiting for its own thread.
 __thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
 
-constexpr long kGateGiveUpNs = 2'000'000'000L;
+// A wait that long is a lock cycle through the program (a dup2() in a constructor that
+// dlopen() runs, while the engine's start waits for the loader's lock): it gives up.  The
+// engine's start, the longest hold, took over 2 s under ASan in the emulated VM.
+constexpr long kGateGiveUpNs = 10'000'000'000L;
 constexpr long kGateNapNs = 1'000'000;  // (a waking placer lets a maker in without a wake-up)
 
 long futex(std::atomic<int> *word, int op, int val, const timespec *t) noexcept
 {
-    return syscall(SYS_futex, reinterpret_cast<int *>(word), op, val, t, nullptr, 0);
+    return RS_REAL(syscall)(SYS_futex, reinterpret_cast<int *>(word), op, val, t, nullptr, 0);
 }
 
 long ns_since(const timespec &t0) noexcept
@@ -73,10 +77,13 @@ bool gate_enter(int side) noexcept
             clock_gettime(CLOCK_MONOTONIC, &t0);
             timed = true;
         } else if (ns_since(t0) > kGateGiveUpNs) {
+            RS_WARN("gave up waiting for the library's descriptors (%s side): a dup2() may race them",
+                    side < 0 ? "placing" : "making");
             errno = saved;
             return false;
         }
-        // Asleep until the count changes and comes to 0 (the last one out wakes us).
+        // Asleep until the last one out wakes us (the count back at 0), or for at most
+        // a nap (a placer that stops waiting wakes no maker).
         const timespec nap{0, kGateNapNs};
         g_sleepers.fetch_add(1, std::memory_order_seq_cst);
         futex(&g_gate, FUTEX_WAIT_PRIVATE, v, &nap);

@@ -19,7 +19,7 @@ int move_high(int fd) noexcept;
 // one) and placing one on a chosen number exclude each other.  Each side is shared: any
 // number of threads make at once, or place at once.  A thread already inside either side
 // passes (a signal handler never waits for the thread it interrupted).  A wait longer
-// than 2 s gives up and goes on (a hang would be worse than the race it closes).
+// than 10 s gives up, with a warning, and goes on (a hang would be worse than the race it closes).
 class FdGate {
 public:
     enum Side : int { making = 1, placing = -1 };

@@ -256,6 +256,12 @@ void Conn::refuse_requests() noexcept
     refusing_ = true;
 }
 
+bool Conn::refusing() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    return refusing_;
+}
+
 /* ---- the switch ------------------------------------------------------------------------- */
 
 int Conn::presw_step_locked() noexcept

@@ -218,6 +218,7 @@ public:
     // The process exits: a server socket still in maybe takes no RDMA request from now
     // on (one accepted after the exit step switched a connection the exit then cut).
     void refuse_requests() noexcept;
+    bool refusing() noexcept;
 
     // poll/select on a socket still deciding: -1 it is on RDMA now (start over with its
     // eventfds), 1 its TCP bytes are held back (not readable, whatever the TCP socket

@@ -7,7 +7,6 @@
 #include <poll.h>
 #include <sys/random.h>
 
-#include "base/fd.hh"
 #include "base/log.hh"
 #include "base/real.hh"
 #include "engine/engine.hh"
@@ -170,15 +169,10 @@ void Engine::client_event(ClientNeg &n, rdma_cm_event *ev, std::shared_ptr<rdma:
     switch (ev->event) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:
         // (The negotiation's deadline, set at its start, bounds this step too.)
-        if (n.abandoned) {
+        if (n.abandoned)
             r = Reason::closed_early;
-        } else {
-            // (Where an ibacm daemon runs, librdmacm opens its socket to it here, the
-            // first time: util::FdGate.)
-            util::FdGate making(util::FdGate::making);
-            if (rdma_resolve_route(n.id->get(), static_cast<int>(switch_window().count())) != 0)
-                r = Reason::no_route;
-        }
+        else if (rdma_resolve_route(n.id->get(), static_cast<int>(switch_window().count())) != 0)
+            r = Reason::no_route;
         break;
     case RDMA_CM_EVENT_ESTABLISHED: {
         n.answered = true;

@@ -593,6 +593,10 @@ void Engine::on_cm_events() noexcept
 void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
 {
     // mu held.
+    if (c->refusing()) {  // (the process exits: no resources built for nothing)
+        reject(p.id->get(), Reason::rejected);
+        return;
+    }
     Reason r = p.hello.ring.log2 > max_peer_ring_log2() ? Reason::limit : Reason::none;
     if (r == Reason::none && c->urgent_inline_set())
         r = Reason::urgent_data;  // SO_OOBINLINE, set on the listener it came from
@@ -1278,6 +1282,15 @@ void at_exit() noexcept
 {
     if (g_engine == nullptr)
         return;
+    // First every server socket takes no RDMA request from now on (the closes below may
+    // each wait a while): one still in maybe stays on TCP.  (Under TSan's timing a
+    // client's request came after this step, and the progress thread switched the
+    // connection the exit then cut: the client read ECONNRESET, parity
+    // exit_with_connection_open.)
+    fdt::for_each([](int, const SocketRef &s) {
+        if (s->transport != nullptr && s->offloaded() && Conn::of(s->transport)->side() == Conn::Side::server)
+            Conn::of(s->transport)->refuse_requests();
+    });
     fdt::for_each([](int fd, const SocketRef &s) {
         if (s->transport == nullptr || !s->offloaded())
             return;
@@ -1285,15 +1298,8 @@ void at_exit() noexcept
         // (A client still negotiating too: a PROOF left unread in its stream would make
         // the kernel's close at exit a reset; parity case stdio_flushed_at_exit under
         // TSan's timing, where the server's PROOF came before the child's exit.  A
-        // server verifying too, the same way for its client's CONFIRM; parity
-        // exit_with_connection_open under TSan: its wait at exit is short,
-        // Conn::close_connection.)
-        // First, a server socket takes no RDMA request from now on: one still in maybe
-        // stays on TCP (under TSan's timing its client's request came after this step,
-        // and the progress thread switched the connection the exit then cut: the client
-        // read ECONNRESET, parity exit_with_connection_open).
-        if (c->side() == Conn::Side::server)
-            c->refuse_requests();
+        // server verifying too, the same way for its client's CONFIRM: its wait at exit
+        // is short, Conn::close_connection.)
         if (c->phase() == Conn::Phase::rdma || c->phase() == Conn::Phase::verifying ||
             (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe))
             close_orderly(fd, *c, true);

@@ -1,5 +1,6 @@
 #include "engine/readiness.hh"
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -68,6 +69,14 @@ void mark(int fd, bool on) noexcept
         g_marks[fd / 64].fetch_or(bit, std::memory_order_relaxed);
     else
         g_marks[fd / 64].fetch_and(~bit, std::memory_order_relaxed);
+}
+void unmark_range(int lo, int hi) noexcept
+{
+    for (unsigned w = static_cast<unsigned>(lo) / 64; w < kMarked / 64 && w * 64 <= static_cast<unsigned>(hi); ++w) {
+        const unsigned first = std::max(w * 64, static_cast<unsigned>(lo)), last = std::min(w * 64 + 63, static_cast<unsigned>(hi));
+        const uint64_t bits = (last - first == 63 ? ~uint64_t{0} : ((uint64_t{1} << (last - first + 1)) - 1)) << (first % 64);
+        g_marks[w].fetch_and(~bits, std::memory_order_relaxed);
+    }
 }
 bool marked(int fd) noexcept
 {
@@ -710,8 +719,7 @@ void on_close_range(unsigned first, unsigned last) noexcept
             it = regs.erase(it);
         }
     }
-    for (int fd = lo; fd <= hi && static_cast<unsigned>(fd) < kMarked; ++fd)
-        mark(fd, false);  // (nothing of these numbers is left here)
+    unmark_range(lo, hi);  // (nothing of these numbers is left here)
 }
 
 }  // namespace rdmasock::readiness

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <pthread.h>
 #include <sched.h>
 
 #include "base/fd.hh"
@@ -61,6 +62,9 @@ void env_warn(const char *line, void *) { log::write(log::kWarn, "%s", line); }
 
 void start() noexcept
 {
+    // A child of a fork the library's hook does not see (daemon(), the C library's own
+    // fork) starts with the gate open too.
+    pthread_atfork(nullptr, nullptr, util::fd_gate_after_fork_child);
     // The rules file, the log file and the devices' sysfs files are opened here: a
     // program thread does not place a descriptor meanwhile (util::FdGate).
     util::FdGate making(util::FdGate::making);
