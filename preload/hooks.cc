@@ -960,11 +960,7 @@ int dup2(int fd, int fd2) noexcept
     if (fd == fd2)
         return RS_REAL(dup2)(fd, fd2);
     Victim v = prepare_victim(fd, fd2);
-    int r;
-    {
-        util::FdGate placing(util::FdGate::placing);
-        r = RS_REAL(dup2)(fd, fd2);
-    }
+    int r = util::placed([=] { return RS_REAL(dup2)(fd, fd2); });
     if (r >= 0) {
         ErrnoGuard g;
         after_dup(fd, r, &v);
@@ -977,11 +973,7 @@ int dup3(int fd, int fd2, int flags) noexcept
     if (fd == fd2)
         return RS_REAL(dup3)(fd, fd2, flags);  // EINVAL, as the kernel says
     Victim v = prepare_victim(fd, fd2);
-    int r;
-    {
-        util::FdGate placing(util::FdGate::placing);
-        r = RS_REAL(dup3)(fd, fd2, flags);
-    }
+    int r = util::placed([=] { return RS_REAL(dup3)(fd, fd2, flags); });
     if (r >= 0) {
         ErrnoGuard g;
         after_dup(fd, r, &v);

@@ -19,7 +19,8 @@ int move_high(int fd) noexcept;
 // one) and placing one on a chosen number exclude each other.  Each side is shared: any
 // number of threads make at once, or place at once.  A thread already inside either side
 // passes (a signal handler never waits for the thread it interrupted).  A wait longer
-// than 10 s gives up, with a warning, and goes on (a hang would be worse than the race it closes).
+// than 2 s gives up, with a warning, and goes on (a hang would be worse than the race it
+// closes).
 class FdGate {
 public:
     enum Side : int { making = 1, placing = -1 };
@@ -38,6 +39,14 @@ int make_high(Make make) noexcept
 {
     FdGate g(FdGate::making);
     return move_high(make());
+}
+
+// `place()` puts a descriptor on a number of the program's choice (dup2, dup3).
+template <class Place>
+int placed(Place place) noexcept
+{
+    FdGate g(FdGate::placing);
+    return place();
 }
 
 // A fork's child has no other thread: no side is held there.

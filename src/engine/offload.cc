@@ -1180,6 +1180,16 @@ void drop_listener(Socket &s) noexcept
     s.listener.reset();
 }
 
+// Its close goes through close_orderly: on RDMA, a server verifying (it switches first:
+// close_connection takes the CONFIRM), a client negotiating (it takes a PROOF out of the
+// stream: unread, the kernel would answer its close with a reset).  The same at exit.
+bool closes_orderly(const Conn &c) noexcept
+{
+    const Conn::Phase p = c.phase();
+    return p == Conn::Phase::rdma || p == Conn::Phase::verifying ||
+           (c.side() == Conn::Side::client && p == Conn::Phase::maybe);
+}
+
 // close() of a connection on RDMA (or about to be): its FIN or RESET, per SO_LINGER.
 // Last messages the peer does not take yet (a stopped process) are left to the progress
 // thread, with a duplicate of the TCP socket that keeps the TCP connection open until
@@ -1241,12 +1251,8 @@ void on_close(int fd, Socket &s) noexcept
             }
         }
     }
-    // A server socket in verifying switches first (close_connection takes the CONFIRM);
-    // a negotiating client takes a PROOF out of the stream.
-    if (c->phase() == Conn::Phase::rdma || c->phase() == Conn::Phase::verifying ||
-        (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe)) {
+    if (closes_orderly(*c))
         close_orderly(fd, *c);
-    }
     if (g_engine != nullptr && c->side() == Conn::Side::server)
         forget_undecided(g_engine, *c);
     c->note_closing();  // a server still undecided: no request came (or one was declined)
@@ -1288,8 +1294,11 @@ void at_exit() noexcept
     // connection the exit then cut: the client read ECONNRESET, parity
     // exit_with_connection_open.)
     fdt::for_each([](int, const SocketRef &s) {
-        if (s->transport != nullptr && s->offloaded() && Conn::of(s->transport)->side() == Conn::Side::server)
-            Conn::of(s->transport)->refuse_requests();
+        if (s->transport == nullptr || !s->offloaded())
+            return;
+        auto *c = Conn::of(s->transport);
+        if (c->side() == Conn::Side::server)
+            c->refuse_requests();
     });
     fdt::for_each([](int fd, const SocketRef &s) {
         if (s->transport == nullptr || !s->offloaded())
@@ -1300,8 +1309,7 @@ void at_exit() noexcept
         // TSan's timing, where the server's PROOF came before the child's exit.  A
         // server verifying too, the same way for its client's CONFIRM: its wait at exit
         // is short, Conn::close_connection.)
-        if (c->phase() == Conn::Phase::rdma || c->phase() == Conn::Phase::verifying ||
-            (c->side() == Conn::Side::client && c->phase() == Conn::Phase::maybe))
+        if (closes_orderly(*c))
             close_orderly(fd, *c, true);
     });
     // The progress thread sends what the closed connections still have to send (a

@@ -60,15 +60,13 @@ std::atomic<int> g_sets_count{0};
 // fork waits for (a deadlock in the TSan run's fork storm).
 constexpr unsigned kMarked = 1u << 16;
 std::atomic<uint64_t> g_marks[kMarked / 64];
-void mark(int fd, bool on) noexcept
+void mark(int fd) noexcept
 {
     if (fd < 0 || static_cast<unsigned>(fd) >= kMarked)
         return;
     const uint64_t bit = uint64_t{1} << (fd % 64);
-    if (on)
+    if ((g_marks[fd / 64].load(std::memory_order_relaxed) & bit) == 0)  // (no store on a shared word each time)
         g_marks[fd / 64].fetch_or(bit, std::memory_order_relaxed);
-    else
-        g_marks[fd / 64].fetch_and(~bit, std::memory_order_relaxed);
 }
 void unmark_range(int lo, int hi) noexcept
 {
@@ -539,8 +537,8 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
     Set &set = sets()[epfd];
     if (set.regs.empty() && set.by_data.empty())
         g_sets_count.fetch_add(1, std::memory_order_relaxed);
-    mark(epfd, true);
-    mark(fd, true);
+    mark(epfd);
+    mark(fd);
     auto it = set.regs.find(fd);
     const bool shadows = c->phase() == Conn::Phase::rdma;
     int r = 0;
