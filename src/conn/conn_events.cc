@@ -71,6 +71,7 @@ void Conn::take_imm_locked(uint32_t imm) noexcept
     case Kind::credit:
         break;
     case Kind::prefix:
+    case Kind::prefix_end:
         if (side_ != Side::client || !sw_.accept_prefix(f.value)) {
             fail("unexpected PREFIX");
             break;
@@ -80,6 +81,11 @@ void Conn::take_imm_locked(uint32_t imm) noexcept
         if (tcp_.eof)
             start_grace_locked();
         strip_proof_locked();
+        // PREFIX_END: the server shut down writing before its switch, and its end of
+        // the stream comes with the PREFIX, in the same completion: a poll that saw the
+        // TCP FIN (POLLRDHUP) never finds the PREFIX without the end after it.
+        if (f.kind == Kind::prefix_end && sh_.has_users())
+            sh_.edge();
         break;
     case Kind::proof_at:  // (a client's is handled above)
     case Kind::switch_at:

@@ -359,8 +359,13 @@ int Conn::try_confirm_locked() noexcept
         enter_rdma_broken_locked("the SWITCH came as the wait for it ended");
         return 1;
     }
+    // The program shut down writing before the switch (its FIN is in the TCP stream
+    // after the prefix): the client's end of the stream comes over RDMA too, with the
+    // PREFIX (PREFIX_END), so the TCP FIN is not taken for a peer that died.
+    const bool ended = sw_.tcp_shut_wr();
     if (sw_.tcp_sent() > neg::kImmValueMask ||
-        ring_.post_ctrl(neg::Imm::prefix, static_cast<uint32_t>(sw_.tcp_sent())) != 0) {
+        ring_.post_ctrl(ended ? neg::Imm::prefix_end : neg::Imm::prefix, static_cast<uint32_t>(sw_.tcp_sent())) !=
+            0) {
         // Bytes went into the TCP stream and the client is committed to RDMA: nothing
         // else can be done than reset this connection.
         enter_rdma_broken_locked("cannot announce the TCP prefix");
@@ -371,13 +376,9 @@ int Conn::try_confirm_locked() noexcept
         start_grace_locked();  // the client's TCP FIN came before the switch
     if (sw_.tcp_shut_rd())
         ring_.st.shut_rd = true;
-    if (sw_.tcp_shut_wr()) {
-        // The program shut down writing before the switch (its FIN is in the TCP stream
-        // after the prefix): the client's end of the stream comes over RDMA too, right
-        // after the PREFIX, so the TCP FIN is not taken for a peer that died.
+    if (ended) {
         ring_.st.shut_wr = true;
-        if (ring_.post_ctrl(neg::Imm::fin, 0) == 0)
-            ring_.st.fin_sent = true;
+        ring_.st.fin_sent = true;
     }
     if (sw_.stop_verify_watch())
         refresh_watch();

@@ -69,6 +69,9 @@ RingPath::Found RingPath::take_imm(uint32_t imm) noexcept
         return {Kind::reset, v, nullptr};
     case neg::Imm::prefix:
         return {Kind::prefix, v, nullptr};
+    case neg::Imm::prefix_end:
+        st.peer_fin.store(true, std::memory_order_release);
+        return {Kind::prefix_end, v, nullptr};
     case neg::Imm::switch_at:
         return {Kind::switch_at, v, nullptr};
     case neg::Imm::proof_at:

@@ -32,8 +32,8 @@ public:
 
     // What one receive completion carried, for the connection.
     struct Found {
-        enum class Kind : uint8_t { data, credit, fin, reset, prefix, switch_at, proof_at, fault } kind;
-        uint32_t value;     // prefix, switch_at, proof_at: the peer's count of TCP bytes
+        enum class Kind : uint8_t { data, credit, fin, reset, prefix, prefix_end, switch_at, proof_at, fault } kind;
+        uint32_t value;     // prefix(_end), switch_at, proof_at: the peer's count of TCP bytes
         const char *fault;  // fault: why the connection must be reset
     };
 

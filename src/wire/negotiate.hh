@@ -13,7 +13,7 @@ namespace rdmasock::neg {
 
 // 2: asynchronous switch (SWITCH, CONFIRM at its offset); 3: the server proves itself in
 // the TCP stream first (PROOF_AT, PROOF at its offset), before the client's SWITCH.
-constexpr uint8_t kVersion = 3;
+constexpr uint8_t kVersion = 4;
 constexpr size_t kHelloSize = 56;
 constexpr size_t kAcceptSize = 36;
 constexpr size_t kDeclineSize = 8;
@@ -76,8 +76,18 @@ ConfirmMatch match_confirm(const uint8_t *data, size_t got, const Nonce *expecte
 // every byte available is compared (a prefix of the expected frame is `partial`).
 ConfirmMatch match_proof(const uint8_t *data, size_t got, const Nonce &expected) noexcept;
 
-// Immediate data of ring messages: type (3 bits) | value (29 bits).
-enum class Imm : uint32_t { data = 0, credit = 1, fin = 2, reset = 3, prefix = 4, switch_at = 5, proof_at = 6 };
+// Immediate data of ring messages: type (3 bits) | value (29 bits).  PREFIX_END is a
+// PREFIX and a FIN 0 in one message: the server shut down writing before its switch.
+enum class Imm : uint32_t {
+    data = 0,
+    credit = 1,
+    fin = 2,
+    reset = 3,
+    prefix = 4,
+    switch_at = 5,
+    proof_at = 6,
+    prefix_end = 7
+};
 constexpr uint32_t kImmValueMask = (1u << 29) - 1;
 // FIN's value: 0 after shutdown(SHUT_WR) (the sender still reads), kFinClosed after
 // close() (it reads nothing more).

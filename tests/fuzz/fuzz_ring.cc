@@ -96,6 +96,11 @@ RingPath::Found peer_imm(RingPath &ring, Model &m, uint32_t imm)
     case neg::Imm::prefix:
         FUZZ_CHECK(f.kind == Kind::prefix && f.value == v);
         break;
+    case neg::Imm::prefix_end:  // (a PREFIX and a FIN 0)
+        FUZZ_CHECK(f.kind == Kind::prefix_end && f.value == v && ring.st.peer_fin.load());
+        m.fin = true;
+        FUZZ_CHECK(ring.st.peer_closed == m.closed);
+        break;
     case neg::Imm::switch_at:
         FUZZ_CHECK(f.kind == Kind::switch_at && f.value == v);
         break;
@@ -123,7 +128,7 @@ void dispatch(Switchover &sw, Model &m, bool server, const RingPath::Found &f)
             m.proof_at_seen = true;
             m.proof_at = f.value;
         }
-    } else if (!server && sw.phase() == Phase::rdma && f.kind == Kind::prefix) {
+    } else if (!server && sw.phase() == Phase::rdma && (f.kind == Kind::prefix || f.kind == Kind::prefix_end)) {
         const bool ok = !m.prefix_seen && f.value >= m.tcp_read;
         FUZZ_CHECK(sw.accept_prefix(f.value) == ok);
         if (ok) {

@@ -87,6 +87,7 @@ FUZZ_CORPUS = \
 	tests/fuzz/corpus/roundtrip/zeros \
 	tests/fuzz/corpus/roundtrip/short \
 	tests/fuzz/corpus/ring/client-prefix \
+	tests/fuzz/corpus/ring/client-prefix-end \
 	tests/fuzz/corpus/ring/client-proof-at \
 	tests/fuzz/corpus/ring/credit-unsent-reset \
 	tests/fuzz/corpus/ring/data-after-fin \

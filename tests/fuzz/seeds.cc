@@ -33,10 +33,10 @@ Bytes with(Bytes b, size_t off, uint8_t v)
 const Bytes kNonce = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
                       0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10};
 
-// (Protocol version 3.)
+// (Protocol version 4.)
 // HELLO, IPv4: 10.0.0.1:40000 -> :5201, ring 64 KiB, rkey 0x1234 at 0x7f0000100000.
 const Bytes kHelloV4 = cat({
-    str("RSK1"), {3, 4, 16, 0}, kNonce,
+    str("RSK1"), {4, 4, 16, 0}, kNonce,
     {10, 0, 0, 1}, zeros(12),
     {0x9c, 0x40}, {0x14, 0x51},
     {0x00, 0x00, 0x12, 0x34},
@@ -44,7 +44,7 @@ const Bytes kHelloV4 = cat({
 });
 // HELLO, IPv6: [fd00::2]:50000 -> :6379, ring 1 MiB, rkey 0xabcdef01 at 0x7f1234560000.
 const Bytes kHelloV6 = cat({
-    str("RSK1"), {3, 6, 20, 0}, kNonce,
+    str("RSK1"), {4, 6, 20, 0}, kNonce,
     {0xfd, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02},
     {0xc3, 0x50}, {0x18, 0xeb},
     {0xab, 0xcd, 0xef, 0x01},
@@ -52,14 +52,14 @@ const Bytes kHelloV6 = cat({
 });
 // ACCEPT: ring 64 KiB, rkey 0x4321 at 0x7f00aa000040, nonce echoed.
 const Bytes kAccept = cat({
-    str("RSKA"), {3, 16, 0, 0},
+    str("RSKA"), {4, 16, 0, 0},
     {0x00, 0x00, 0x43, 0x21},
     {0x00, 0x00, 0x7f, 0x00, 0xaa, 0x00, 0x00, 0x40},
     kNonce,
 });
-Bytes decline(rdmasock::Reason r) { return cat({str("RSKD"), {3, static_cast<uint8_t>(r), 0, 0}}); }
-const Bytes kConfirm = cat({str("RSKC"), {3, 0, 0, 0}, kNonce});
-const Bytes kProof = cat({str("RSKP"), {3, 0, 0, 0}, kNonce});
+Bytes decline(rdmasock::Reason r) { return cat({str("RSKD"), {4, static_cast<uint8_t>(r), 0, 0}}); }
+const Bytes kConfirm = cat({str("RSKC"), {4, 0, 0, 0}, kNonce});
+const Bytes kProof = cat({str("RSKP"), {4, 0, 0, 0}, kNonce});
 
 // proof target input: the expected nonce, then the stream from the PROOF's offset.
 Bytes proof_input(const Bytes &stream) { return cat({kNonce, stream}); }
@@ -87,7 +87,7 @@ Bytes fallback_input(const Bytes &stream)
 // FALLBACK: WR_SHUT, count 8000, start 19000, the nonce's first 8 bytes.
 Bytes fallback_frame(uint8_t flags, uint64_t count, uint64_t start)
 {
-    return cat({str("RSKF"), {3, flags, 0, 0}, be64(count), be64(start), head(kNonce, 8)});
+    return cat({str("RSKF"), {4, flags, 0, 0}, be64(count), be64(start), head(kNonce, 8)});
 }
 
 // confirm target input: flags, expected nonce, stream.
@@ -203,6 +203,8 @@ std::vector<Seed> seeds()
         {"ring", "client-prefix", ring_input(kRing4k | kSwitched, {{3, 50}, ctl(neg::Imm::prefix, 40),
                                                                   ctl(neg::Imm::prefix, 80), {3, 100}, {3, 10},
                                                                   ctl(neg::Imm::prefix, 90)})},
+        {"ring", "client-prefix-end", ring_input(kRing4k | kSwitched, {{3, 50}, ctl(neg::Imm::prefix_end, 60),
+                                                                      ctl(neg::Imm::data, 5), {3, 20}, {1, 64}})},
         {"ring", "server-switch", ring_input(kRing4k | kServer | kSwitched,
                                              {{3, 100}, ctl(neg::Imm::switch_at, 500), {3, 600},
                                               ctl(neg::Imm::switch_at, 900), {3, 1}})},
