@@ -18,6 +18,12 @@ void Conn::poll_cq_locked() noexcept
 {
     if (!link_.usable())
         return;
+    if (ring_.frozen()) {
+        // Fallen back to TCP: what still completes (flushed requests, the peer's writes
+        // before it knew) is taken out and ignored.
+        link_.poll([](uint32_t) {}, [](ibv_wc_status) {});
+        return;
+    }
     link_.poll([this](uint32_t imm) { take_imm_locked(imm); },
                [this](ibv_wc_status status) {
                    if (!ring_.st.failed && !ring_.st.reset && status != IBV_WC_WR_FLUSH_ERR)
@@ -40,6 +46,122 @@ void Conn::poll_cq_locked() noexcept
             decide_tcp_locked(Reason::bad_message);
         }
     }
+    if (ring_.st.failed && !ring_.st.reset)
+        fallback_on_failure_locked();
+}
+
+/* ---- fallback to TCP mid-stream ------------------------------------------------------- */
+
+bool Conn::start_fallback_locked(const char *why) noexcept
+{
+    if (fb_.active())
+        return true;
+    RingPath::Status &st = ring_.st;
+    const int fd = tcp_fd();
+    if (sw_.phase() != Phase::rdma || closed_ || fd < 0 || link_.dead() || st.reset || st.peer_closed ||
+        close_fin_posted_)
+        return false;
+    if (side_ == Side::client && (sw_.frame_pending() || !sw_.prefix_known()))
+        return false;  // (the peer's frame stands after bytes whose length is not known)
+    uint64_t start = ring_.acked();
+    if (fb_.have_peer()) {
+        // Its count: what it has of our stream (it resends from ours).
+        if (fb_.peer_count() < ring_.acked() || fb_.peer_count() > ring_.posted())
+            return false;
+        start = fb_.peer_count();
+    }
+    ring_.freeze();
+    up_.release_rdma(*this);  // the queue pair stops: the peer learns it (DISCONNECTED) and falls back too
+    link_.poll([](uint32_t) {}, [](ibv_wc_status) {});
+    fb_.begin(why, ring_.consumed() + ring_.avail(), start, ring_.produced(), st.shut_wr, sw_.nonce(),
+              {ring_.staging(), ring_.staging_size()});
+    log::write(log::kInfo, "event=fallback fd=%d role=%s why=\"%s\" resend_bytes=%llu residue_bytes=%llu", shown_fd(),
+               side_ == Side::client ? "client" : "server", why,
+               static_cast<unsigned long long>(ring_.produced() - start),
+               static_cast<unsigned long long>(ring_.avail()));
+    RS_DEBUG("connection fd=%d: FALLBACK count %llu start %llu end %llu (acked %llu, posted %llu)%s", shown_fd(),
+             static_cast<unsigned long long>(ring_.consumed() + ring_.avail()), static_cast<unsigned long long>(start),
+             static_cast<unsigned long long>(ring_.produced()), static_cast<unsigned long long>(ring_.acked()),
+             static_cast<unsigned long long>(ring_.posted()), fb_.have_peer() ? ", after the peer's" : "");
+    fallback_step_locked(fd);
+    if (!fb_out_watched_) {
+        // Writable edges come from the TCP socket from now on (the backlog, and the
+        // program's epoll waiters).
+        fb_out_watched_ = true;
+        up_.watch_tcp_out(*this, true);
+    }
+    update_shadows_locked(true);
+    sh_.wake();
+    cv_.notify_all();
+    return true;
+}
+
+bool Conn::fallback_on_failure_locked() noexcept
+{
+    if (fb_.active())
+        return true;
+    if (!ring_.st.failed || ring_.st.reset || !start_fallback_locked("the RDMA path failed"))
+        return false;
+    ring_.st.failed = false;
+    return true;
+}
+
+void Conn::peer_fell_back_locked() noexcept
+{
+    const int fd = tcp_fd();
+    if (fd < 0 || fb_.active() || ring_.st.broken())
+        return;
+    uint8_t head[neg::kFallbackSize];
+    const ssize_t r = RS_REAL(recv)(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+    if (r <= 0)
+        return;  // (nothing, or the end of the stream: the peer's liveness, elsewhere)
+    neg::Fallback f;
+    const neg::ConfirmMatch m = neg::match_fallback(head, static_cast<size_t>(r), sw_.nonce(), &f);
+    if (m == neg::ConfirmMatch::partial)
+        return;  // (the rest comes with the next edge)
+    const char *why = "bytes other than a FALLBACK on the TCP stream after the switch";
+    if (m == neg::ConfirmMatch::no || fb_.read_peer_frame(fd, sw_.nonce(), &why) < 0 ||
+        !start_fallback_locked("the peer fell back to TCP"))
+        fail(why);
+}
+
+void Conn::fallback_step_locked(int fd) noexcept
+{
+    if (!fb_.active() || fd < 0 || ring_.st.broken())
+        return;
+    if (!fb_.out_done() && fb_.push(fd) < 0) {
+        fail("the TCP connection failed during the fallback");
+        return;
+    }
+    if (!fb_.in_done() && at_peer_frame_locked()) {
+        const char *why = "";
+        if (fb_.take_peer(fd, ring_.acked(), ring_.posted(), ring_.consumed() + ring_.avail(), ring_.rx_size(), &why) <
+            0) {
+            char head[2 * neg::kFallbackSize + 1];
+            fb_.peer_head(head, sizeof head);
+            RS_DEBUG("connection fd=%d: the peer's FALLBACK: %s (read %s; acked %llu, posted %llu, held %llu)",
+                     shown_fd(), why, head, static_cast<unsigned long long>(ring_.acked()),
+                     static_cast<unsigned long long>(ring_.posted()),
+                     static_cast<unsigned long long>(ring_.consumed() + ring_.avail()));
+            fail(why);
+        }
+    }
+}
+
+unsigned Conn::fallback_events_locked() const noexcept
+{
+    pollfd pf{tcp_fd_, POLLIN | POLLOUT | POLLRDHUP | POLLPRI, 0};
+    if (RS_REAL(poll)(&pf, 1, 0) <= 0)
+        return 0;
+    const unsigned ev = static_cast<unsigned>(pf.revents);
+    unsigned m = ev & (POLLERR | POLLHUP | POLLPRI);
+    if (fb_.in_done())
+        m |= ev & (POLLIN | POLLRDHUP);
+    else if (ev & (POLLRDHUP | POLLHUP | POLLERR))
+        m |= POLLIN;  // (the read reports what became of the peer's frame)
+    if (fb_.out_done())
+        m |= ev & POLLOUT;
+    return m;
 }
 
 void Conn::take_imm_locked(uint32_t imm) noexcept
@@ -84,8 +206,11 @@ void Conn::take_imm_locked(uint32_t imm) noexcept
         // PREFIX_END: the server shut down writing before its switch, and its end of
         // the stream comes with the PREFIX, in the same completion: a poll that saw the
         // TCP FIN (POLLRDHUP) never finds the PREFIX without the end after it.
-        if (f.kind == Kind::prefix_end && sh_.has_users())
-            sh_.edge();
+        if (f.kind == Kind::prefix_end) {
+            ring_.st.peer_fin.store(true, std::memory_order_release);
+            if (sh_.has_users())
+                sh_.edge();
+        }
         break;
     case Kind::proof_at:  // (a client's is handled above)
     case Kind::switch_at:
@@ -252,6 +377,22 @@ void Conn::on_tcp_event(unsigned events) noexcept
     }
     if (p != Phase::rdma)
         return;
+    if (fb_.active()) {
+        // Fallen back: the frames and the backlog move on, and the TCP socket's events
+        // are the connection's (each arrival an edge, as the kernel's).
+        fallback_step_locked(tcp_fd());
+        if ((events & POLLPRI) && !tcp_.urgent)
+            tcp_.urgent = true;
+        if ((events & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) && sh_.has_users())
+            sh_.edge();
+        update_shadows_locked(true);
+        return;
+    }
+    if ((events & POLLIN) && at_peer_frame_locked()) {
+        peer_fell_back_locked();
+        if (fb_.active() || ring_.st.broken())
+            return;
+    }
     if ((events & POLLPRI) && !tcp_.urgent) {
         tcp_.urgent = true;
         update_shadows_locked(true);
@@ -291,7 +432,8 @@ bool Conn::on_timer(Clock::time_point now) noexcept
         presw_step_locked();
         return sw_.phase() == Phase::maybe && sw_.deferred_tcp() == Reason::none && !sw_.proof_verified();
     }
-    if (!tcp_.eof || ring_.st.peer_fin || ring_.st.reset || tcp_.grace_deadline.time_since_epoch().count() == 0)
+    if (!tcp_.eof || ring_.st.peer_fin || ring_.st.reset || fb_.active() ||
+        tcp_.grace_deadline.time_since_epoch().count() == 0)
         return false;
     if (now < tcp_.grace_deadline)
         return true;
@@ -311,6 +453,8 @@ bool Conn::readable_locked() const noexcept
         // (its EOF too): the eventfd follows them, so that it never stays readable with
         // nothing to read (an epoll waiter would spin on it).
         return tcp_.eof || tcp_prefix_bytes_locked() > 0;
+    if (fb_.active())
+        return ring_.avail() > 0 || (fallback_events_locked() & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) != 0;
     const uint64_t lowat = static_cast<uint64_t>(rcvlowat_.load(std::memory_order_relaxed));
     return ring_.avail() >= lowat || ring_.st.peer_fin;
 }
@@ -319,6 +463,8 @@ bool Conn::writable_locked() const noexcept
 {
     if (ring_.st.broken() || ring_.st.shut_wr || ring_.st.peer_closed)
         return true;  // after the peer's close, writes go to the TCP socket
+    if (fb_.active())
+        return (fallback_events_locked() & (POLLOUT | POLLERR | POLLHUP)) != 0;
     return ring_.can_send();
 }
 
@@ -387,6 +533,17 @@ unsigned Conn::poll_mask(int) noexcept
     const RingPath::Status &st = ring_.st;
     if (st.broken())
         return POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP;
+    if (fb_.active() && at_peer_frame_locked()) {
+        fallback_step_locked(tcp_fd());
+        if (st.broken())
+            return POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP;
+        unsigned fm = fallback_events_locked();
+        if (ring_.avail() > 0 || st.shut_rd)
+            fm |= POLLIN;
+        if (st.shut_rd)
+            fm |= POLLRDHUP;
+        return fm;
+    }
     unsigned m = 0;
     const uint64_t lowat = static_cast<uint64_t>(rcvlowat_.load(std::memory_order_relaxed));
     if (side_ == Side::client && !sw_.prefix_done()) {

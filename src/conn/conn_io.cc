@@ -6,6 +6,7 @@
 #include <climits>
 #include <csignal>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 
@@ -35,7 +36,8 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
 {
     // A server waiting for the client's SWITCH sleeps on its completions too.
     const Phase ph = sw_.phase();
-    const bool have_cq = (ph == Phase::rdma || (ph == Phase::verifying && side_ == Side::server)) && link_.usable();
+    const bool have_cq = (ph == Phase::rdma || (ph == Phase::verifying && side_ == Side::server)) && link_.usable() &&
+                         !ring_.frozen();
     // Busy-poll mode (RDMASOCK_BUSY_POLL_US): spin on the completion queue for a bounded
     // time before sleeping.  Off by default: an idle process uses no CPU.  The spin comes
     // before the socket's timeout is read (a system call the data often makes needless);
@@ -271,6 +273,37 @@ ssize_t Conn::recv_prefix_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, 
     return kLookAgain;
 }
 
+ssize_t Conn::recv_fallback_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr *msg, int flags, size_t total,
+                                   size_t done, Deadline &dl) noexcept
+{
+    const RingPath::Status &st = ring_.st;
+    if (st.shut_rd)
+        return static_cast<ssize_t>(done);  // (as the kernel's read after SHUT_RD)
+    fallback_step_locked(tcp_fd());
+    if (st.broken())
+        return kNotHere;
+    if (!fb_.in_done()) {
+        // The peer's frame (and the bytes it resends that the ring gave already) first.
+        if ((flags & MSG_DONTWAIT) || nonblocking())
+            return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
+        const int w = wait(sh_.rd_fd(), POLLIN, POLLIN, false, lk, dl);
+        if (w < 0)
+            return done > 0 ? static_cast<ssize_t>(done) : w;
+        return kLookAgain;
+    }
+    // The kernel's socket from here, as the program asked (its flags, timeouts, signals).
+    const int kfd = call_fd_locked(fd);
+    lk.unlock();
+    const ssize_t r = done == 0 ? RS_REAL(recvmsg)(kfd, msg, flags) : iov::tcp_recv_at(kfd, msg, done, total - done, flags);
+    const int e = errno;
+    lk.lock();
+    if (r > 0 && !(flags & MSG_PEEK))
+        count_received(static_cast<uint64_t>(r));
+    if (r < 0)
+        return done > 0 ? static_cast<ssize_t>(done) : -e;
+    return static_cast<ssize_t>(done) + r;
+}
+
 ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
 {
     sig::clear_last();  // a handler that runs from here on interrupts the call's waits
@@ -327,7 +360,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
         // SO_RCVLOWAT: a blocking call waits for that many bytes (or all it asked for).
         const uint64_t lowat = static_cast<uint64_t>(rcvlowat_.load(std::memory_order_relaxed));
         if (avail > 0 && done == 0 && !waitall && !lowat_gave_up && avail < lowat && avail < total && !st.shut_rd &&
-            !st.peer_fin && !st.broken() && !(flags & MSG_DONTWAIT) && !nonblocking()) {
+            !st.peer_fin && !st.broken() && !fb_.active() && !(flags & MSG_DONTWAIT) && !nonblocking()) {
             ring_.flush();
             if (wait(sh_.rd_fd(), POLLIN, 0, false, lk, dl) < 0)
                 lowat_gave_up = true;  // timeout or signal: what there is, as the kernel
@@ -339,6 +372,13 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             if (!waitall || done == total)
                 return static_cast<ssize_t>(done);
             continue;
+        }
+        if (fb_.active()) {
+            const ssize_t r = recv_fallback_locked(lk, fd, msg, flags, total, done, dl);
+            if (r == kLookAgain)
+                continue;
+            if (r != kNotHere)
+                return r;
         }
         if (done > 0 && (st.peer_fin || st.broken() || st.shut_rd))
             return static_cast<ssize_t>(done);
@@ -493,6 +533,13 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
             return r;
         }
         poll_cq_locked();
+        if (fb_.active()) {
+            const ssize_t r = send_fallback_locked(lk, fd, msg, flags, done, dl);
+            if (r == kLookAgain)
+                continue;
+            if (r != kNotHere)
+                return r;
+        }
         if ((flags & MSG_OOB) && total > 0 && done == 0 && !st.broken() && !st.shut_wr && !st.peer_closed) {
             // Urgent data goes on the TCP socket (the peer's kernel shows POLLPRI and
             // keeps it for recv(MSG_OOB)); the bytes before the last are ordinary data.
@@ -536,6 +583,8 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
             ssize_t r = ring_.send(msg, done, n, hold);
             if (hold && ring_.holding() && !coalescing_watched_.exchange(true))
                 watch_after.c = this;
+            if (r < 0 && fallback_on_failure_locked())
+                continue;  // (not staged: the bytes go to the TCP socket after the backlog)
             if (r < 0)
                 return done > 0 ? static_cast<ssize_t>(done) : r;
             done += static_cast<size_t>(r);
@@ -555,6 +604,37 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
         if (w < 0)
             return done > 0 ? static_cast<ssize_t>(done) : w;
     }
+}
+
+ssize_t Conn::send_fallback_locked(std::unique_lock<std::mutex> &lk, int fd, const msghdr *msg, int flags,
+                                   size_t done, Deadline &dl) noexcept
+{
+    const RingPath::Status &st = ring_.st;
+    if (st.broken() || st.shut_wr)
+        return kNotHere;
+    fallback_step_locked(tcp_fd());
+    if (st.broken())
+        return kNotHere;
+    if (!fb_.out_done()) {
+        // Our frame and the bytes the peer may not have go first: the send buffer is
+        // full, as for any write.
+        if ((flags & MSG_DONTWAIT) || nonblocking())
+            return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
+        const int w = wait(sh_.wr_fd(), POLLOUT, POLLOUT, true, lk, dl);
+        if (w < 0)
+            return done > 0 ? static_cast<ssize_t>(done) : w;
+        return kLookAgain;
+    }
+    if (done > 0)
+        return static_cast<ssize_t>(done);
+    const int kfd = call_fd_locked(fd);
+    lk.unlock();
+    const ssize_t r = RS_REAL(sendmsg)(kfd, msg, flags);
+    const int e = errno;
+    lk.lock();
+    if (r > 0)
+        count_sent(static_cast<uint64_t>(r));
+    return r < 0 ? -e : r;
 }
 
 int Conn::urgent_inline() noexcept
@@ -676,6 +756,19 @@ int Conn::shutdown(int fd, int how) noexcept
     if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
         return -EINVAL;
     RingPath::Status &st = ring_.st;
+    if (fb_.active() && !st.broken()) {
+        // Fallen back: reading ends here (the peer's frame may still have to come out of
+        // the stream); writing ends after the backlog, with the kernel's FIN.
+        if (how != SHUT_WR)
+            st.shut_rd = true;
+        if (how != SHUT_RD && !st.shut_wr) {
+            st.shut_wr = true;
+            fb_.shut_after();
+            fallback_step_locked(tcp_fd());
+        }
+        update_shadows_locked();
+        return 0;
+    }
     // Both FINs exchanged: the kernel's socket would be closed (TIME_WAIT or CLOSE).
     if (st.fin_sent && st.peer_fin)
         return -ENOTCONN;
@@ -697,6 +790,12 @@ int Conn::bytes_readable() noexcept
     poll_cq_locked();
     // The server's bytes from before its switch, still on the TCP socket, come first.
     uint64_t n = ring_.avail() + tcp_prefix_bytes_locked();
+    if (fb_.active() && at_peer_frame_locked()) {
+        fallback_step_locked(tcp_fd());
+        int k = 0;
+        if (fb_.in_done() && RS_REAL(ioctl)(tcp_fd_, FIONREAD, &k) == 0 && k > 0)
+            n += static_cast<uint64_t>(k);
+    }
     return n > INT_MAX ? INT_MAX : static_cast<int>(n);
 }
 
@@ -705,6 +804,10 @@ int Conn::bytes_unacked() noexcept
     std::lock_guard<std::mutex> lk(mu_);
     poll_cq_locked();
     uint64_t n = ring_.unacked();
+    if (fb_.active()) {
+        int k = 0;
+        n = fb_.out_left() + (RS_REAL(ioctl)(tcp_fd_, SIOCOUTQ, &k) == 0 && k > 0 ? static_cast<uint64_t>(k) : 0);
+    }
     return n > INT_MAX ? INT_MAX : static_cast<int>(n);
 }
 

@@ -204,9 +204,14 @@ void Conn::abandon_rdma() noexcept
             if (sw_.stop_verify_watch())
                 refresh_watch();
         }
-    } else if (p == Phase::rdma && !ring_.st.peer_fin) {
-        ring_.st.reset = true;
-        update_shadows_locked(true);
+    } else if (p == Phase::rdma && !ring_.st.peer_closed) {
+        // The peer's queue pair is gone: it fell back to TCP, or its link failed, or it
+        // died (then its TCP connection ends before any frame comes: a reset, later).
+        poll_cq_locked();
+        if (!start_fallback_locked("the RDMA peer disconnected") && !ring_.st.peer_fin) {
+            ring_.st.reset = true;
+            update_shadows_locked(true);
+        }
     }
 }
 

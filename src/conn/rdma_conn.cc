@@ -147,7 +147,7 @@ void Conn::renumber(int from, int to) noexcept
 bool Conn::tcp_out_watched() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
-    return sw_.frame_out_watched();
+    return sw_.frame_out_watched() || fb_out_watched_;
 }
 
 void Conn::mark_closed() noexcept
@@ -305,6 +305,16 @@ bool Conn::close_connection(bool abortive, int linger_s, bool exiting) noexcept
     RingPath::Status &st = ring_.st;
     if (st.broken())
         return false;
+    if (fb_.active()) {
+        // Fallen back: the kernel's close (an RST when abortive).  Our frame and backlog
+        // must be in the stream first, and the peer's frame out of it (left unread, it
+        // would make our kernel answer with an RST): the progress thread finishes them
+        // (start_drain).
+        if (abortive)
+            return false;
+        fallback_step_locked(tcp_fd());
+        return !st.broken() && !(fb_.out_done() && fb_.in_done());
+    }
     if (abortive) {
         ring_.post_ctrl(neg::Imm::reset, 0);
         return false;
@@ -379,6 +389,10 @@ bool Conn::drain_locked() noexcept
     poll_cq_locked();
     if (st.broken())
         return true;
+    if (fb_.active()) {
+        fallback_step_locked(drain_fd_);
+        return st.broken() || (fb_.out_done() && fb_.in_done());
+    }
     if (!close_fin_posted_) {
         if (!link_.send_room())
             return false;  // (requests waiting for the peer's receives)

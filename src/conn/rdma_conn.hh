@@ -6,6 +6,7 @@
 //   RingPath    the rings, their cursors and credits, the stream's end (FIN, RESET)
 //   Switchover  the phase (its only writer) and the TCP bytes before the switch
 //   Shadows     the eventfds that carry readiness to poll, select and epoll
+//   FallbackPath the way back to the TCP socket mid-stream (the queue pair failed)
 //   waits::     the spin, the deadline and the signal-aware sleep of a blocking call
 //
 // Thread safety: one mutex per connection guards all state; the progress thread and
@@ -21,6 +22,7 @@
 #include <mutex>
 
 #include "base/reason.hh"
+#include "conn/fallback.hh"
 #include "conn/link.hh"
 #include "conn/ring.hh"
 #include "conn/shadows.hh"
@@ -387,6 +389,37 @@ private:
     void decide_tcp_locked(Reason why) noexcept;
     // The peer's TCP connection ended: without its RDMA FIN within the grace time, it died.
     void start_grace_locked() noexcept;
+    // --- fallback to TCP mid-stream (conn_events.cc; conn/fallback.hh) ---
+    // The RDMA path ends here: the queue pair stops, nothing more is taken from it, and
+    // the connection goes on over its TCP socket (our FALLBACK frame, then the bytes the
+    // peer may not have, then the program's).  The residue of the receive ring is read
+    // first.  False when it cannot (the caller resets): a client whose CONFIRM is not
+    // whole in the stream or who lacks the PREFIX (the peer's frame could not be found),
+    // a connection reset or closed by its peer, or a bad frame from the peer.
+    bool start_fallback_locked(const char *why) noexcept;
+    // The queue pair failed (st.failed, no reset): fall back when the connection can;
+    // true when it is falling back.
+    bool fallback_on_failure_locked() noexcept;
+    // The next TCP byte of the peer's after the switch is where its FALLBACK stands.
+    bool at_peer_frame_locked() const noexcept
+    {
+        return side_ == Side::server || (sw_.prefix_done() && !sw_.proof_ahead());
+    }
+    // The peer fell back first: its frame is in the TCP stream (taken, and this side
+    // falls back too).  Bytes there that are no frame reset the connection.
+    void peer_fell_back_locked() noexcept;
+    // Frame and backlog out, the peer's frame in, as far as the socket `fd` goes now.
+    void fallback_step_locked(int fd) noexcept;
+    // Readiness in fallback (the kernel socket's, but input only once the peer's frame
+    // is out of the stream, output once ours and the backlog are in it).
+    unsigned fallback_events_locked() const noexcept;
+    // The program's calls in fallback, once the ring's residue is read: the call's
+    // result, kLookAgain, or kNotHere (the connection is reset or shut: the RDMA path's
+    // answers apply).
+    ssize_t recv_fallback_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr *msg, int flags, size_t total,
+                                 size_t done, Deadline &dl) noexcept;
+    ssize_t send_fallback_locked(std::unique_lock<std::mutex> &lk, int fd, const msghdr *msg, int flags,
+                                 size_t done, Deadline &dl) noexcept;
     // --- readiness (conn_events.cc) ---
     void update_shadows_locked(bool force = false) noexcept;
     void release_shadows_locked() noexcept;
@@ -462,6 +495,8 @@ private:
     RingPath ring_{link_};
     Switchover sw_;
     Shadows sh_;
+    FallbackPath fb_;
+    bool fb_out_watched_ = false;  // the progress thread watches the TCP socket's POLLOUT for it
 
     std::atomic<bool> coalescing_watched_{false};
     std::mutex watch_mu_;       // refresh_watch (a leaf lock)

@@ -69,8 +69,7 @@ RingPath::Found RingPath::take_imm(uint32_t imm) noexcept
         return {Kind::reset, v, nullptr};
     case neg::Imm::prefix:
         return {Kind::prefix, v, nullptr};
-    case neg::Imm::prefix_end:
-        st.peer_fin.store(true, std::memory_order_release);
+    case neg::Imm::prefix_end:  // (the connection takes the end with it, once it accepts the PREFIX)
         return {Kind::prefix_end, v, nullptr};
     case neg::Imm::switch_at:
         return {Kind::switch_at, v, nullptr};
@@ -96,7 +95,7 @@ size_t RingPath::take(msghdr *msg, size_t at, size_t room, bool peek) noexcept
 void RingPath::maybe_credit() noexcept
 {
     const uint64_t unreported = rx_cons_ - rx_credited_;
-    if (unreported >= rx_.size / 4 && !st.failed && !st.reset) {
+    if (unreported >= rx_.size / 4 && !st.failed && !st.reset && !frozen_) {
         if (post_ctrl(neg::Imm::credit, static_cast<uint32_t>(unreported)) == 0)
             rx_credited_ = rx_cons_;
     }
@@ -105,6 +104,8 @@ void RingPath::maybe_credit() noexcept
 int RingPath::post(uint64_t off, const void *src, uint32_t len, uint32_t lkey, bool with_imm, uint32_t imm,
                    bool inline_data) noexcept
 {
+    if (frozen_)
+        return -EPIPE;
     int r = link_.post_write(peer_ring_.addr + off, peer_ring_.rkey, src, len, lkey, with_imm, imm, inline_data);
     if (r != 0 && !link_.dead())
         st.failed = true;
@@ -144,8 +145,9 @@ ssize_t RingPath::send(const msghdr *msg, size_t skip, size_t n, bool hold) noex
     tx_prod_ += n;
     if (hold && tx_prod_ - tx_posted_ < kCoalesceBelow)
         return static_cast<ssize_t>(n);  // staged: goes out with the next flush
-    if (flush() != 0)
-        return -EPIPE;
+    // Staged, the bytes are the program's no more: when the post fails (st.failed), a
+    // fallback to TCP resends them; they are not to be written again.
+    flush();
     return static_cast<ssize_t>(n);
 }
 

@@ -95,6 +95,20 @@ public:
     // IMM.  0 or -errno.
     int post_ctrl(neg::Imm t, uint32_t v) noexcept;
 
+    // --- fallback to TCP (conn/fallback.hh) ---
+    // From now on nothing is posted (flush and control messages fail) and no credit is
+    // sent; the cursors stay as they are.
+    void freeze() noexcept { frozen_ = true; }
+    bool frozen() const noexcept { return frozen_; }
+    uint64_t consumed() const noexcept { return rx_cons_; }
+    uint64_t acked() const noexcept { return tx_acked_; }
+    uint64_t posted() const noexcept { return tx_posted_; }
+    uint64_t produced() const noexcept { return tx_prod_; }
+    uint64_t rx_size() const noexcept { return rx_.size; }
+    // The staging ring (the bytes from acked() to produced() are there).
+    const uint8_t *staging() const noexcept { return tx_.mem; }
+    uint64_t staging_size() const noexcept { return tx_.size; }
+
     // Sends that moved data, and the data messages they went out in (statistics).
     uint64_t writes() const noexcept { return writes_; }
     uint64_t data_msgs() const noexcept { return data_msgs_; }
@@ -117,6 +131,7 @@ private:
     uint64_t tx_acked_ = 0;     // bytes the peer has consumed (credited)
     uint64_t writes_ = 0;       // send calls that moved data (statistics)
     uint64_t data_msgs_ = 0;    // DATA messages posted: fewer than writes_ when coalescing
+    bool frozen_ = false;
 };
 
 }  // namespace rdmasock

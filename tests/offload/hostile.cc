@@ -41,8 +41,9 @@
 // After a complete negotiation and the victim's PREFIX, one bad ring message:
 //   data_overflow (4 KiB of 0xEE written into the ring, then DATA(ring size + 1))
 //   data_zero (DATA(0)) credit_overflow (CREDIT(1), nothing was sent to us)
-//   unknown_type (type 7) prefix_from_client (PREFIX(0)) peer_reset (RESET: documented,
-//   not malformed: the victim must report ECONNRESET)
+//   prefix_end_from_client (PREFIX_END(1), type 7: since protocol version 4 every type
+//   has a meaning, this one the server never takes) prefix_from_client (PREFIX(0))
+//   peer_reset (RESET: documented, not malformed: the victim must report ECONNRESET)
 //   write_outside_ring (64 bytes WRITE_WITH_IMM DATA(64) at ring address + ring size:
 //   the victim's NIC must refuse it, remote access error)
 //   rdma_read, atomic (an RDMA READ of 4 KiB of the victim's ring, an atomic
@@ -608,7 +609,7 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         "hello_log2_high", "hello_log2_low", "hello_ring_oversized", "hello_zero_rkey", "hello_reserved", "hello_third_party",
         "hello_attach_existing", "confirm_wrong_nonce", "confirm_bad_version", "confirm_garbage", "confirm_wrong_offset", "switch_twice",
         "data_before_confirm",
-        "data_overflow", "data_zero", "credit_overflow", "unknown_type", "prefix_from_client",
+        "data_overflow", "data_zero", "credit_overflow", "prefix_end_from_client", "prefix_from_client",
         "write_outside_ring", "peer_reset", "hello_family", "hello_unaligned", "hello_addr_wrap",
         "hello_zero_nonce", "hello_zero_port", "tcp_after_confirm", "data_after_fin", "confirm_late", "hello_late",
         "rdma_read", "atomic", "other_rkey", "ring_holder"};
@@ -869,8 +870,8 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         } else if (kase == "credit_overflow") {
             imm = neg::make_imm(neg::Imm::credit, 1);
             st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
-        } else if (kase == "unknown_type") {
-            imm = (7u << 29) | 1u;
+        } else if (kase == "prefix_end_from_client") {
+            imm = neg::make_imm(neg::Imm::prefix_end, 1);
             st = qp.write(acc.ring.addr, acc.ring.rkey, 0, &imm);
         } else if (kase == "data_after_fin") {
             imm = neg::make_imm(neg::Imm::fin, 0);

@@ -481,7 +481,7 @@ bool init_tests()
         {"data_overflow", "reset: peer wrote beyond the space it was granted"},
         {"data_zero", "reset: peer wrote beyond the space it was granted"},
         {"credit_overflow", "reset: peer credited bytes never sent"},
-        {"unknown_type", "reset: unknown message type"},
+        {"prefix_end_from_client", "reset: unexpected PREFIX"},
         {"prefix_from_client", "reset: unexpected PREFIX"}};
     for (const auto &k : checks)
         add(ring, k.first, [k, reset] { client_case(k.first, {"ESTABLISHED", "none", "success", "none", reset, "", k.second}); });
