@@ -574,8 +574,11 @@ void adopt_received(int fd) noexcept
     struct stat st{};
     int same = -1;
     if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
+        // (Not a fork's copy of the parent's connection: the parent handed it over, and
+        // it reaches us as the kernel socket it is now.)
         fdt::for_each([&](int other, const SocketRef &s) {
-            if (same < 0 && other != fd && s->transport != nullptr && socket_inode(other, *s) == st.st_ino)
+            Transport *t = s->transport.load();
+            if (same < 0 && other != fd && t != nullptr && !t->handed_off() && socket_inode(other, *s) == st.st_ino)
                 same = other;
         });
     }

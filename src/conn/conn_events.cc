@@ -30,6 +30,10 @@ void Conn::poll_cq_locked() noexcept
                        RS_DEBUG("connection fd=%d: completion error %s", tcp_fd(), ibv_wc_status_str(status));
                    if (!ring_.st.peer_fin)
                        ring_.st.failed = true;
+                   // (A cause of this side's: the link went down here.)
+                   if (status == IBV_WC_LOC_QP_OP_ERR || status == IBV_WC_LOC_LEN_ERR ||
+                       status == IBV_WC_LOC_PROT_ERR)
+                       local_failure_ = true;
                });
     if (!ring_.st.failed)
         link_.refill_recvs();
@@ -52,17 +56,32 @@ void Conn::poll_cq_locked() noexcept
 
 /* ---- fallback to TCP mid-stream ------------------------------------------------------- */
 
-bool Conn::start_fallback_locked(const char *why) noexcept
+bool Conn::can_fall_back_locked() const noexcept
+{
+    const RingPath::Status &st = ring_.st;
+    if (sw_.phase() != Phase::rdma || closed_ || tcp_fd() < 0 || link_.dead() || st.reset || st.peer_closed ||
+        close_fin_posted_)
+        return false;
+    // (The program shut the TCP socket down before the switch: our frame cannot go, or
+    // the peer's cannot be read.)
+    if (sw_.tcp_shut_wr() || sw_.tcp_shut_rd())
+        return false;
+    // A client finds the server's frame after the TCP bytes the PREFIX counts, and its
+    // CONFIRM must be whole in its stream; a server falls back only once the client has
+    // its PREFIX (that completion in).
+    if (side_ == Side::client)
+        return !sw_.frame_pending() && sw_.prefix_known();
+    return link_.completed() >= prefix_wr_;
+}
+
+bool Conn::start_fallback_locked(const char *why, bool drop_residue) noexcept
 {
     if (fb_.active())
         return true;
     RingPath::Status &st = ring_.st;
     const int fd = tcp_fd();
-    if (sw_.phase() != Phase::rdma || closed_ || fd < 0 || link_.dead() || st.reset || st.peer_closed ||
-        close_fin_posted_)
+    if (!can_fall_back_locked())
         return false;
-    if (side_ == Side::client && (sw_.frame_pending() || !sw_.prefix_known()))
-        return false;  // (the peer's frame stands after bytes whose length is not known)
     uint64_t start = ring_.acked();
     if (fb_.have_peer()) {
         // Its count: what it has of our stream (it resends from ours).
@@ -70,17 +89,24 @@ bool Conn::start_fallback_locked(const char *why) noexcept
             return false;
         start = fb_.peer_count();
     }
+    awaiting_ = false;
     ring_.freeze();
-    up_.release_rdma(*this);  // the queue pair stops: the peer learns it (DISCONNECTED) and falls back too
+    up_.release_rdma(*this);  // the queue pair stops: the peer learns it (DISCONNECTED) and answers
     link_.poll([](uint32_t) {}, [](ibv_wc_status) {});
-    fb_.begin(why, ring_.consumed() + ring_.avail(), start, ring_.produced(), st.shut_wr, sw_.nonce(),
+    // Our count: what we hold of the peer's stream (only what the program read, when the
+    // ring's residue goes).
+    const uint64_t count = ring_.consumed() + (drop_residue ? 0 : ring_.avail());
+    if (drop_residue)
+        ring_.drop_residue();
+    fb_.begin(why, count, drop_residue, start, ring_.produced(), st.shut_wr, sw_.nonce(),
               {ring_.staging(), ring_.staging_size()});
+    fb_until_ = Clock::now() + std::chrono::milliseconds(rt::config().probe_timeout_ms);
     log::write(log::kInfo, "event=fallback fd=%d role=%s why=\"%s\" resend_bytes=%llu residue_bytes=%llu", shown_fd(),
                side_ == Side::client ? "client" : "server", why,
                static_cast<unsigned long long>(ring_.produced() - start),
                static_cast<unsigned long long>(ring_.avail()));
     RS_DEBUG("connection fd=%d: FALLBACK count %llu start %llu end %llu (acked %llu, posted %llu)%s", shown_fd(),
-             static_cast<unsigned long long>(ring_.consumed() + ring_.avail()), static_cast<unsigned long long>(start),
+             static_cast<unsigned long long>(count), static_cast<unsigned long long>(start),
              static_cast<unsigned long long>(ring_.produced()), static_cast<unsigned long long>(ring_.acked()),
              static_cast<unsigned long long>(ring_.posted()), fb_.have_peer() ? ", after the peer's" : "");
     fallback_step_locked(fd);
@@ -96,14 +122,51 @@ bool Conn::start_fallback_locked(const char *why) noexcept
     return true;
 }
 
+bool Conn::await_peer_fallback_locked() noexcept
+{
+    if (fb_.active() || awaiting_)
+        return true;
+    if (!can_fall_back_locked())
+        return false;
+    ring_.freeze();
+    up_.release_rdma(*this);
+    link_.poll([](uint32_t) {}, [](ibv_wc_status) {});
+    awaiting_ = true;
+    fb_until_ = Clock::now() + std::chrono::milliseconds(rt::config().probe_timeout_ms);
+    RS_DEBUG("connection fd=%d: the RDMA peer's queue pair is gone: waiting for its FALLBACK", shown_fd());
+    peer_fell_back_locked();  // (it may be there already)
+    update_shadows_locked(true);
+    sh_.wake();
+    cv_.notify_all();
+    return true;
+}
+
+void Conn::fail_and_abort_locked(const char *why) noexcept
+{
+    fail(why);
+    const int fd = tcp_fd();
+    if (fd < 0)
+        return;
+    sockaddr unspec{};
+    unspec.sa_family = AF_UNSPEC;
+    const int saved = errno;
+    RS_REAL(connect)(fd, &unspec, sizeof unspec);  // (the kernel resets a connected TCP socket)
+    errno = saved;
+}
+
 bool Conn::fallback_on_failure_locked() noexcept
 {
-    if (fb_.active())
+    if (fb_.active() || awaiting_)
         return true;
-    if (!ring_.st.failed || ring_.st.reset || !start_fallback_locked("the RDMA path failed"))
+    // (Before the switch a failure of the queue pair is the negotiation's: TCP.)
+    if (!ring_.st.failed || ring_.st.reset || sw_.phase() != Phase::rdma || closed_ || link_.dead())
         return false;
-    ring_.st.failed = false;
-    return true;
+    ring_.st.failed = false;  // (as the fallback starts: the frame goes out at once)
+    if (local_failure_ ? start_fallback_locked("the RDMA path failed") : await_peer_fallback_locked())
+        return true;
+    ring_.st.failed = true;
+    fail_and_abort_locked("the RDMA path failed, and the connection cannot fall back to TCP");
+    return false;
 }
 
 void Conn::peer_fell_back_locked() noexcept
@@ -111,10 +174,22 @@ void Conn::peer_fell_back_locked() noexcept
     const int fd = tcp_fd();
     if (fd < 0 || fb_.active() || ring_.st.broken())
         return;
+    if (!ring_.frozen()) {
+        poll_cq_locked();  // (a client takes in the PREFIX first: the frame stands after its TCP bytes)
+        if (fb_.active() || ring_.st.broken())
+            return;
+    }
     uint8_t head[neg::kFallbackSize];
     const ssize_t r = RS_REAL(recv)(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
-    if (r <= 0)
-        return;  // (nothing, or the end of the stream: the peer's liveness, elsewhere)
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        // The end of the stream (the peer's liveness is handled elsewhere), unless the
+        // queue pair is gone already: then the peer is.
+        if (awaiting_)
+            fail("the RDMA peer's TCP connection ended without a FALLBACK");
+        return;
+    }
+    if (r < 0)
+        return;
     neg::Fallback f;
     const neg::ConfirmMatch m = neg::match_fallback(head, static_cast<size_t>(r), sw_.nonce(), &f);
     if (m == neg::ConfirmMatch::partial)
@@ -122,7 +197,7 @@ void Conn::peer_fell_back_locked() noexcept
     const char *why = "bytes other than a FALLBACK on the TCP stream after the switch";
     if (m == neg::ConfirmMatch::no || fb_.read_peer_frame(fd, sw_.nonce(), &why) < 0 ||
         !start_fallback_locked("the peer fell back to TCP"))
-        fail(why);
+        fail_and_abort_locked(why);
 }
 
 void Conn::fallback_step_locked(int fd) noexcept
@@ -130,20 +205,18 @@ void Conn::fallback_step_locked(int fd) noexcept
     if (!fb_.active() || fd < 0 || ring_.st.broken())
         return;
     if (!fb_.out_done() && fb_.push(fd) < 0) {
-        fail("the TCP connection failed during the fallback");
+        fail_and_abort_locked("the TCP connection failed during the fallback");
         return;
     }
     if (!fb_.in_done() && at_peer_frame_locked()) {
         const char *why = "";
-        if (fb_.take_peer(fd, ring_.acked(), ring_.posted(), ring_.consumed() + ring_.avail(), ring_.rx_size(), &why) <
-            0) {
+        if (fb_.take_peer(fd, ring_.acked(), ring_.posted(), ring_.rx_size(), &why) < 0) {
             char head[2 * neg::kFallbackSize + 1];
             fb_.peer_head(head, sizeof head);
-            RS_DEBUG("connection fd=%d: the peer's FALLBACK: %s (read %s; acked %llu, posted %llu, held %llu)",
-                     shown_fd(), why, head, static_cast<unsigned long long>(ring_.acked()),
-                     static_cast<unsigned long long>(ring_.posted()),
-                     static_cast<unsigned long long>(ring_.consumed() + ring_.avail()));
-            fail(why);
+            RS_DEBUG("connection fd=%d: the peer's FALLBACK: %s (read %s; acked %llu, posted %llu)", shown_fd(), why,
+                     head, static_cast<unsigned long long>(ring_.acked()),
+                     static_cast<unsigned long long>(ring_.posted()));
+            fail_and_abort_locked(why);
         }
     }
 }
@@ -388,6 +461,18 @@ void Conn::on_tcp_event(unsigned events) noexcept
         update_shadows_locked(true);
         return;
     }
+    if (awaiting_) {
+        // The peer's queue pair is gone: its frame, or the end of its stream, decides.
+        if (events & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))
+            peer_fell_back_locked();
+        if (!fb_.active()) {
+            update_shadows_locked(true);
+            return;
+        }
+        fallback_step_locked(tcp_fd());
+        update_shadows_locked(true);
+        return;
+    }
     if ((events & POLLIN) && at_peer_frame_locked()) {
         peer_fell_back_locked();
         if (fb_.active() || ring_.st.broken())
@@ -432,6 +517,14 @@ bool Conn::on_timer(Clock::time_point now) noexcept
         presw_step_locked();
         return sw_.phase() == Phase::maybe && sw_.deferred_tcp() == Reason::none && !sw_.proof_verified();
     }
+    if ((awaiting_ || (fb_.active() && !fb_.have_peer())) && !ring_.st.broken()) {
+        // No frame from the peer in time: it is not there to answer (exec'd, died,
+        // handed the socket on without us, or its link is down for good).
+        if (now < fb_until_)
+            return true;
+        fail_and_abort_locked("no FALLBACK from the RDMA peer in time");
+        return false;
+    }
     if (!tcp_.eof || ring_.st.peer_fin || ring_.st.reset || fb_.active() ||
         tcp_.grace_deadline.time_since_epoch().count() == 0)
         return false;
@@ -455,6 +548,8 @@ bool Conn::readable_locked() const noexcept
         return tcp_.eof || tcp_prefix_bytes_locked() > 0;
     if (fb_.active())
         return ring_.avail() > 0 || (fallback_events_locked() & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) != 0;
+    if (awaiting_)
+        return ring_.avail() > 0;
     const uint64_t lowat = static_cast<uint64_t>(rcvlowat_.load(std::memory_order_relaxed));
     return ring_.avail() >= lowat || ring_.st.peer_fin;
 }
@@ -465,6 +560,8 @@ bool Conn::writable_locked() const noexcept
         return true;  // after the peer's close, writes go to the TCP socket
     if (fb_.active())
         return (fallback_events_locked() & (POLLOUT | POLLERR | POLLHUP)) != 0;
+    if (awaiting_)
+        return false;
     return ring_.can_send();
 }
 
@@ -533,6 +630,13 @@ unsigned Conn::poll_mask(int) noexcept
     const RingPath::Status &st = ring_.st;
     if (st.broken())
         return POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP;
+    if (awaiting_ && !fb_.active()) {
+        peer_fell_back_locked();
+        if (st.broken())
+            return POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP;
+        if (!fb_.active())
+            return ring_.avail() > 0 ? POLLIN : 0;
+    }
     if (fb_.active() && at_peer_frame_locked()) {
         fallback_step_locked(tcp_fd());
         if (st.broken())

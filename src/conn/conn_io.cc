@@ -219,6 +219,17 @@ ssize_t Conn::recv_prefix_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, 
     const bool waitall = (flags & MSG_WAITALL) && !peek;
     // (Never beyond a PROOF still in the stream: it is taken out once it is next.)
     strip_proof_locked();
+    if (!sw_.prefix_known() && (ring_.st.broken() || ring_.frozen())) {
+        // Without the PREFIX nothing tells where the server's TCP bytes from before its
+        // switch end (a frame of a fallback may follow them): none is delivered.
+        if (done > 0)
+            return static_cast<ssize_t>(done);
+        if (!ring_.st.reset_reported) {
+            ring_.st.reset_reported = true;
+            return -ECONNRESET;
+        }
+        return 0;
+    }
     const size_t want = static_cast<size_t>(sw_.proof_cap(sw_.prefix_cap(total - done)));
     const int fl = MSG_DONTWAIT | (flags & MSG_PEEK);
     ssize_t r = want ? iov::tcp_recv_at(tcp_fd_, msg, done, want, fl) : 0;
@@ -231,6 +242,8 @@ ssize_t Conn::recv_prefix_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, 
         done += static_cast<size_t>(r);
         const bool prefix_done =
             sw_.prefix_known() && (peek ? static_cast<uint64_t>(r) == sw_.prefix_left() : sw_.prefix_left() == 0);
+        if (prefix_done && !peek && !fb_.active())
+            peer_fell_back_locked();  // (a frame that came behind the prefix had no edge of its own)
         if (!waitall && done < total && prefix_done && !ring_.st.shut_rd && ring_.avail() != 0) {
             // The prefix ends inside this call: what the ring already holds comes with
             // it, as one kernel read returns everything queued (a poll that counted both
@@ -279,13 +292,17 @@ ssize_t Conn::recv_fallback_locked(std::unique_lock<std::mutex> &lk, int fd, msg
     const RingPath::Status &st = ring_.st;
     if (st.shut_rd)
         return static_cast<ssize_t>(done);  // (as the kernel's read after SHUT_RD)
+    if (awaiting_ && !fb_.active())
+        peer_fell_back_locked();
     fallback_step_locked(tcp_fd());
     if (st.broken())
         return kNotHere;
     if (!fb_.in_done()) {
         // The peer's frame (and the bytes it resends that the ring gave already) first.
-        if ((flags & MSG_DONTWAIT) || nonblocking())
+        if ((flags & MSG_DONTWAIT) || nonblocking()) {
+            update_shadows_locked(true);  // (not readable: the next arrival is an edge)
             return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
+        }
         const int w = wait(sh_.rd_fd(), POLLIN, POLLIN, false, lk, dl);
         if (w < 0)
             return done > 0 ? static_cast<ssize_t>(done) : w;
@@ -299,6 +316,8 @@ ssize_t Conn::recv_fallback_locked(std::unique_lock<std::mutex> &lk, int fd, msg
     lk.lock();
     if (r > 0 && !(flags & MSG_PEEK))
         count_received(static_cast<uint64_t>(r));
+    if (r < 0 && (e == EAGAIN || e == EWOULDBLOCK))
+        update_shadows_locked(true);
     if (r < 0)
         return done > 0 ? static_cast<ssize_t>(done) : -e;
     return static_cast<ssize_t>(done) + r;
@@ -373,7 +392,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
                 return static_cast<ssize_t>(done);
             continue;
         }
-        if (fb_.active()) {
+        if (fb_.active() || awaiting_) {
             const ssize_t r = recv_fallback_locked(lk, fd, msg, flags, total, done, dl);
             if (r == kLookAgain)
                 continue;
@@ -533,7 +552,7 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
             return r;
         }
         poll_cq_locked();
-        if (fb_.active()) {
+        if (fb_.active() || awaiting_) {
             const ssize_t r = send_fallback_locked(lk, fd, msg, flags, done, dl);
             if (r == kLookAgain)
                 continue;
@@ -612,29 +631,36 @@ ssize_t Conn::send_fallback_locked(std::unique_lock<std::mutex> &lk, int fd, con
     const RingPath::Status &st = ring_.st;
     if (st.broken() || st.shut_wr)
         return kNotHere;
+    if (awaiting_ && !fb_.active())
+        peer_fell_back_locked();
     fallback_step_locked(tcp_fd());
     if (st.broken())
         return kNotHere;
-    if (!fb_.out_done()) {
-        // Our frame and the bytes the peer may not have go first: the send buffer is
-        // full, as for any write.
-        if ((flags & MSG_DONTWAIT) || nonblocking())
+    if (!fb_.active() || !fb_.out_done()) {
+        // Our frame and the bytes the peer may not have go first (and, while we wait for
+        // the peer's frame, nothing of ours may): the send buffer is full, as for any
+        // write.
+        if ((flags & MSG_DONTWAIT) || nonblocking()) {
+            update_shadows_locked(true);  // (not writable: the next room is an edge)
             return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
-        const int w = wait(sh_.wr_fd(), POLLOUT, POLLOUT, true, lk, dl);
+        }
+        const int w = wait(sh_.wr_fd(), POLLOUT, fb_.active() ? POLLOUT : POLLIN, true, lk, dl);
         if (w < 0)
             return done > 0 ? static_cast<ssize_t>(done) : w;
         return kLookAgain;
     }
-    if (done > 0)
-        return static_cast<ssize_t>(done);
     const int kfd = call_fd_locked(fd);
     lk.unlock();
-    const ssize_t r = RS_REAL(sendmsg)(kfd, msg, flags);
+    const ssize_t r = done == 0 ? RS_REAL(sendmsg)(kfd, msg, flags) : iov::tcp_send_at(kfd, msg, done, flags);
     const int e = errno;
     lk.lock();
     if (r > 0)
         count_sent(static_cast<uint64_t>(r));
-    return r < 0 ? -e : r;
+    if (r < 0 && (e == EAGAIN || e == EWOULDBLOCK))
+        update_shadows_locked(true);
+    if (r < 0)
+        return done > 0 ? static_cast<ssize_t>(done) : -e;
+    return static_cast<ssize_t>(done) + r;
 }
 
 int Conn::urgent_inline() noexcept
@@ -756,17 +782,22 @@ int Conn::shutdown(int fd, int how) noexcept
     if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
         return -EINVAL;
     RingPath::Status &st = ring_.st;
-    if (fb_.active() && !st.broken()) {
+    if ((fb_.active() || awaiting_) && !st.broken()) {
         // Fallen back: reading ends here (the peer's frame may still have to come out of
         // the stream); writing ends after the backlog, with the kernel's FIN.
-        if (how != SHUT_WR)
+        if (how != SHUT_WR) {
             st.shut_rd = true;
+            // (Once the peer's frame is out of the stream: a reader blocked in the
+            // kernel's recv wakes, as after the kernel's own shutdown.)
+            if (fb_.in_done())
+                RS_REAL(shutdown)(call_fd_locked(fd), SHUT_RD);
+        }
         if (how != SHUT_RD && !st.shut_wr) {
             st.shut_wr = true;
             fb_.shut_after();
             fallback_step_locked(tcp_fd());
         }
-        update_shadows_locked();
+        update_shadows_locked(true);
         return 0;
     }
     // Both FINs exchanged: the kernel's socket would be closed (TIME_WAIT or CLOSE).

@@ -204,11 +204,16 @@ void Conn::abandon_rdma() noexcept
             if (sw_.stop_verify_watch())
                 refresh_watch();
         }
-    } else if (p == Phase::rdma && !ring_.st.peer_closed) {
-        // The peer's queue pair is gone: it fell back to TCP, or its link failed, or it
-        // died (then its TCP connection ends before any frame comes: a reset, later).
+    } else if (p == Phase::rdma && !ring_.st.peer_closed && !ring_.st.broken()) {
+        // The peer's queue pair is gone: it fell back to TCP (its frame follows), or it
+        // exec'd, died or handed the socket on: then no frame comes, and nothing of ours
+        // may go into the stream (whoever reads it now is no library of ours).  Our own
+        // link's failure (a local completion error) starts a fallback from this side.
         poll_cq_locked();
-        if (!start_fallback_locked("the RDMA peer disconnected") && !ring_.st.peer_fin) {
+        if (fb_.active() || awaiting_ || ring_.st.broken())
+            return;
+        const bool ok = local_failure_ ? start_fallback_locked("the RDMA path failed") : await_peer_fallback_locked();
+        if (!ok && !ring_.st.peer_fin) {
             ring_.st.reset = true;
             update_shadows_locked(true);
         }
@@ -225,13 +230,54 @@ void Conn::note_declined(Reason why) noexcept
 
 bool Conn::note_passed() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
     // (In verifying the client may have committed to RDMA: giving up there could reset
     // the connection; it is left to switch.)
-    if (closed_ || sw_.phase() != Phase::maybe)
+    if (closed_)
+        return false;
+    if (sw_.phase() == Phase::rdma && !ring_.st.broken() && !link_.dead() && !ring_.st.peer_closed) {
+        hand_over_locked(lk);
+        return false;
+    }
+    if (sw_.phase() != Phase::maybe)
         return false;
     decide_tcp_locked(Reason::passed);
     return true;
+}
+
+void Conn::hand_over_locked(std::unique_lock<std::mutex> &lk) noexcept
+{
+    // Whoever receives the socket reads and writes the kernel's: the connection goes back
+    // to it first, whole: our frame and backlog in the stream, the peer's frame (and its
+    // duplicates) out of it; what the program had not read, the peer resends.  The peer's
+    // library answers at once (it sees our frame, or the queue pair's end); a peer that
+    // does not within RDMASOCK_PROBE_TIMEOUT_MS gets the connection reset, as does one that cannot
+    // be handed over (a client whose server's bytes from before the switch are not all
+    // read: the server's frame stands after them).
+    // (Fallen back already, for another cause: the ring's residue, if any, cannot follow.)
+    poll_cq_locked();
+    const bool started = (side_ != Side::client || sw_.prefix_done()) &&
+                         (fb_.active() ? ring_.avail() == 0
+                                       : start_fallback_locked("the program passed the socket on (SCM_RIGHTS)", true));
+    const auto until = Clock::now() + std::chrono::milliseconds(rt::config().probe_timeout_ms);
+    while (started && !ring_.st.broken() && !(fb_.out_done() && fb_.in_done()) && Clock::now() < until) {
+        fallback_step_locked(tcp_fd());
+        if (fb_.out_done() && fb_.in_done())
+            break;
+        pollfd pf{tcp_fd(), static_cast<short>(POLLIN | (fb_.out_done() ? 0 : POLLOUT)), 0};
+        lk.unlock();
+        RS_REAL(poll)(&pf, 1, 10);
+        lk.lock();
+    }
+    if (started && !ring_.st.broken() && fb_.out_done() && fb_.in_done() && ring_.avail() == 0)
+        return;
+    // Reset, rather than let the other process read our frames or lose bytes.
+    fail("the connection could not be handed over to another process");
+    sockaddr unspec{};
+    unspec.sa_family = AF_UNSPEC;
+    const int saved = errno;
+    RS_REAL(connect)(tcp_fd(), &unspec, sizeof unspec);  // (the kernel resets a connected TCP socket)
+    errno = saved;
 }
 
 void Conn::note_late_request() noexcept
@@ -368,6 +414,9 @@ int Conn::try_confirm_locked() noexcept
     // after the prefix): the client's end of the stream comes over RDMA too, with the
     // PREFIX (PREFIX_END), so the TCP FIN is not taken for a peer that died.
     const bool ended = sw_.tcp_shut_wr();
+    // (Signalled: its completion tells that the client has it, which a fallback to TCP
+    // needs: the client finds our frame after the TCP bytes the PREFIX counts.)
+    link_.signal_next();
     if (sw_.tcp_sent() > neg::kImmValueMask ||
         ring_.post_ctrl(ended ? neg::Imm::prefix_end : neg::Imm::prefix, static_cast<uint32_t>(sw_.tcp_sent())) !=
             0) {
@@ -376,6 +425,7 @@ int Conn::try_confirm_locked() noexcept
         enter_rdma_broken_locked("cannot announce the TCP prefix");
         return 1;
     }
+    prefix_wr_ = link_.posted();
     enter_rdma_locked(Switchover::Event::server_switch, socket_rcvlowat(tcp_fd_));
     if (tcp_.eof)
         start_grace_locked();  // the client's TCP FIN came before the switch

@@ -11,16 +11,17 @@
 
 namespace rdmasock {
 
-void FallbackPath::begin(const char *why, uint64_t count, uint64_t start, uint64_t end, bool shut,
+void FallbackPath::begin(const char *why, uint64_t count, bool dropped, uint64_t start, uint64_t end, bool shut,
                          const neg::Nonce &n, Staging staging) noexcept
 {
     active_ = true;
     why_ = why;
     nonce_ = n;
+    count_ = count;
     neg::Fallback f;
     f.count = count;
     f.start = start;
-    f.flags = shut ? neg::kFbWrShut : 0;
+    f.flags = static_cast<uint8_t>((shut ? neg::kFbWrShut : 0) | (dropped ? neg::kFbResidueDropped : 0));
     neg::encode_fallback(f, n, frame_);
     frame_out_ = 0;
     out_next_ = start;
@@ -115,8 +116,7 @@ int FallbackPath::read_peer_frame(int fd, const neg::Nonce &n, const char **why)
     return have_peer_ ? 1 : read_frame(fd, why);
 }
 
-int FallbackPath::take_peer(int fd, uint64_t acked, uint64_t posted, uint64_t held, uint64_t ring,
-                            const char **why) noexcept
+int FallbackPath::take_peer(int fd, uint64_t acked, uint64_t posted, uint64_t ring, const char **why) noexcept
 {
     if (in_done_)
         return 1;
@@ -126,12 +126,12 @@ int FallbackPath::take_peer(int fd, uint64_t acked, uint64_t posted, uint64_t he
             return r;
     }
     if (!checked_) {
-        if (neg::check_fallback(peer_, acked, posted, held, ring) != Reason::none) {
+        if (neg::check_fallback(peer_, acked, posted, count_, ring) != Reason::none) {
             *why = "the peer's FALLBACK does not fit the stream";
             return -1;
         }
         checked_ = true;
-        skip_left_ = held - peer_.start;
+        skip_left_ = count_ - peer_.start;
     }
     uint8_t sink[4096];
     while (skip_left_ > 0) {

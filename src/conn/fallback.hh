@@ -37,11 +37,12 @@ public:
     bool active() const noexcept { return active_; }
     const char *why() const noexcept { return why_; }
 
-    // Begin: our frame says we read `count` bytes of the peer's stream, and the TCP bytes
-    // after it are ours from `start` to `end`.  `shut`: the program shut down writing (the
-    // kernel's shutdown follows the backlog).
-    void begin(const char *why, uint64_t count, uint64_t start, uint64_t end, bool shut, const neg::Nonce &n,
-               Staging staging) noexcept;
+    // Begin: our frame says we hold `count` bytes of the peer's stream (`dropped`: only
+    // what the program read, the ring's residue going with the process: exec,
+    // SCM_RIGHTS), and the TCP bytes after it are ours from `start` to `end`.  `shut`:
+    // the program shut down writing (the kernel's shutdown follows the backlog).
+    void begin(const char *why, uint64_t count, bool dropped, uint64_t start, uint64_t end, bool shut,
+               const neg::Nonce &n, Staging staging) noexcept;
 
     // --- out ---
     bool out_done() const noexcept
@@ -62,13 +63,12 @@ public:
     // its count.
     bool have_peer() const noexcept { return have_peer_; }
     uint64_t peer_count() const noexcept { return peer_.count; }
-    // Read the peer's frame and skip the bytes of its backlog we hold, from `fd`, as far
-    // as they are there.  `acked`, `posted`: our stream's cursors when we fell back (its
-    // count lies between them); `held`: the bytes of its stream the program read (the
-    // frame's start must be at most that, and at most a ring of `ring` bytes behind).
-    // 1 done, 0 not yet (-EAGAIN), or -1 with *why: a bad frame, or the stream ended
-    // before it.
-    int take_peer(int fd, uint64_t acked, uint64_t posted, uint64_t held, uint64_t ring, const char **why) noexcept;
+    // Read the peer's frame and skip the bytes of its backlog we hold (our count: its
+    // start must be at most that, and at most a ring of `ring` bytes behind), from `fd`,
+    // as far as they are there.  `acked`, `posted`: our stream's cursors when we fell
+    // back (its count lies between them).  1 done, 0 not yet (-EAGAIN), or -1 with *why:
+    // a bad frame, or the stream ended before it.
+    int take_peer(int fd, uint64_t acked, uint64_t posted, uint64_t ring, const char **why) noexcept;
     // The first bytes read where the peer's frame was to stand, in hex (a debug line's).
     void peer_head(char *buf, size_t n) const noexcept;
     // Before begin(): the peer's frame alone (the peer fell back first).  Same results.
@@ -79,6 +79,7 @@ private:
 
     bool active_ = false;
     neg::Nonce nonce_{};
+    uint64_t count_ = 0;
     const char *why_ = "";
     // out
     uint8_t frame_[neg::kFallbackSize] = {};

@@ -13,9 +13,12 @@ size_t total(const msghdr *m) noexcept
     return t;
 }
 
-ssize_t tcp_recv_at(int fd, const msghdr *m, size_t skip, uint64_t limit, int flags) noexcept
+namespace {
+
+// `m`'s iovecs from `skip` bytes on, at most `limit` bytes, into `sub` (over `v`, up to
+// 64 of them); false when nothing is left.
+bool sub_msg(const msghdr *m, size_t skip, uint64_t limit, iovec (&v)[64], msghdr &sub) noexcept
 {
-    iovec v[64];
     size_t i = 0, n = 0;
     while (i < m->msg_iovlen && skip >= m->msg_iov[i].iov_len)
         skip -= m->msg_iov[i++].iov_len;
@@ -27,12 +30,26 @@ ssize_t tcp_recv_at(int fd, const msghdr *m, size_t skip, uint64_t limit, int fl
         limit -= len;
         skip = 0;
     }
-    if (n == 0)
-        return 0;
-    msghdr sub{};
+    sub = msghdr{};
     sub.msg_iov = v;
     sub.msg_iovlen = n;
-    return RS_REAL(recvmsg)(fd, &sub, flags);
+    return n > 0;
+}
+
+}  // namespace
+
+ssize_t tcp_recv_at(int fd, const msghdr *m, size_t skip, uint64_t limit, int flags) noexcept
+{
+    iovec v[64];
+    msghdr sub;
+    return sub_msg(m, skip, limit, v, sub) ? RS_REAL(recvmsg)(fd, &sub, flags) : 0;
+}
+
+ssize_t tcp_send_at(int fd, const msghdr *m, size_t skip, int flags) noexcept
+{
+    iovec v[64];
+    msghdr sub;
+    return sub_msg(m, skip, UINT64_MAX, v, sub) ? RS_REAL(sendmsg)(fd, &sub, flags) : 0;
 }
 
 void copy_ring(uint8_t *ring, size_t size, uint64_t pos, const msghdr *m, size_t skip, size_t n,

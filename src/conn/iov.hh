@@ -17,6 +17,10 @@ size_t total(const msghdr *m) noexcept;
 // the stream from its start whatever the layout of the buffers.  -1 with errno.
 ssize_t tcp_recv_at(int fd, const msghdr *m, size_t skip, uint64_t limit, int flags) noexcept;
 
+// sendmsg on the TCP socket of `m`'s buffers from `skip` bytes on (the rest of a call's
+// bytes).  -1 with errno.
+ssize_t tcp_send_at(int fd, const msghdr *m, size_t skip, int flags) noexcept;
+
 // Copy `n` bytes between a ring of `size` bytes (a power of two; at byte cursor `pos`,
 // with wrap) and the iovecs of `m`, starting `skip` bytes into them.  `to_iov`: ring ->
 // iovecs, else iovecs -> ring.

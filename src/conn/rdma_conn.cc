@@ -390,7 +390,7 @@ bool Conn::drain_locked() noexcept
     if (st.broken())
         return true;
     if (fb_.active()) {
-        fallback_step_locked(drain_fd_);
+        fallback_step_locked(drain_fd_ >= 0 ? drain_fd_.load() : tcp_fd());
         return st.broken() || (fb_.out_done() && fb_.in_done());
     }
     if (!close_fin_posted_) {
@@ -497,7 +497,8 @@ bool Conn::draining(Clock::time_point now, int &to_close) noexcept
         const int r = RS_REAL(poll)(&t, 1, 0);
         if (r > 0 && (t.revents & POLLNVAL))
             done = true;  // (the program closed it: close_range(), closefrom())
-        else if (r > 0 && ((t.revents & POLLERR) || (ring_.st.peer_fin && (t.revents & (POLLRDHUP | POLLHUP)))))
+        else if (r > 0 && ((t.revents & POLLERR) ||
+                           (ring_.st.peer_fin && !fb_.active() && (t.revents & (POLLRDHUP | POLLHUP)))))
             done = true;
         else if (now >= drain_until_)
             done = true;
@@ -510,6 +511,12 @@ bool Conn::draining(Clock::time_point now, int &to_close) noexcept
              sw_.phase() != Phase::rdma ? "are none: it stays on TCP"
              : ring_.st.broken() ? "are lost: the connection broke"
              : link_.completed() >= close_fin_wr_ && close_fin_posted_ ? "went out" : "are given up");
+    if (fb_.active() && !fb_.out_done() && !ring_.st.broken()) {
+        // Fallen back, and our frame or backlog never all went: the peer must not take
+        // our FIN for the end of a whole stream.  The close resets it.
+        linger lg{1, 0};
+        RS_REAL(setsockopt)(drain_fd_, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
     const int d = drain_fd_.exchange(-1);
     // Still the socket it was made as (the program may have closed the number, and
     // another file have it now): the caller closes it, outside the connection's lock

@@ -121,9 +121,9 @@ public:
     void note_declined(Reason why) noexcept;
     // The program passes the socket on (SCM_RIGHTS): whoever receives it uses the kernel
     // socket, which RDMA cannot follow into another process.  A connection still being
-    // decided (maybe) stays on TCP, reason passed, and true is returned.  One whose
-    // switch is under way or done is left as it is (it goes on RDMA: only this
-    // process's numbers reach it).
+    // decided (maybe) stays on TCP, reason passed, and true is returned.  One on RDMA
+    // falls back to its TCP socket first (hand_over_locked), before the message leaves.
+    // One whose switch is under way is left as it is.
     bool note_passed() noexcept;
     // Server: an RDMA request came for this socket after it had stopped waiting for one
     // and gone to TCP: its reason is timeout, not peer_no_rdmasock.
@@ -396,10 +396,24 @@ private:
     // first.  False when it cannot (the caller resets): a client whose CONFIRM is not
     // whole in the stream or who lacks the PREFIX (the peer's frame could not be found),
     // a connection reset or closed by its peer, or a bad frame from the peer.
-    bool start_fallback_locked(const char *why) noexcept;
+    // `drop_residue`: the ring's unread bytes are not read here (the program hands the
+    // socket to another process): the peer resends them.
+    bool start_fallback_locked(const char *why, bool drop_residue = false) noexcept;
+    // The program passes the socket on (SCM_RIGHTS) while on RDMA: back to its TCP
+    // socket, whole, before the message leaves (or reset, when it cannot be).
+    void hand_over_locked(std::unique_lock<std::mutex> &lk) noexcept;
     // The queue pair failed (st.failed, no reset): fall back when the connection can;
-    // true when it is falling back.
+    // true when it is falling back (or waits for the peer's frame).
     bool fallback_on_failure_locked() noexcept;
+    // The RDMA path ended by the peer's doing: nothing more is taken from it, and the
+    // connection waits (RDMASOCK_PROBE_TIMEOUT_MS) for the peer's frame, which starts
+    // our side's fallback; none, and it is reset.  False when it cannot wait so.
+    bool await_peer_fallback_locked() noexcept;
+    // The connection cannot go on: reset here, and the TCP connection aborted, so the
+    // peer's library (waiting for our frame, maybe) sees it at once.
+    void fail_and_abort_locked(const char *why) noexcept;
+    // Whether this side can write and find the frames at all (fallback or awaiting).
+    bool can_fall_back_locked() const noexcept;
     // The next TCP byte of the peer's after the switch is where its FALLBACK stands.
     bool at_peer_frame_locked() const noexcept
     {
@@ -497,6 +511,15 @@ private:
     Shadows sh_;
     FallbackPath fb_;
     bool fb_out_watched_ = false;  // the progress thread watches the TCP socket's POLLOUT for it
+    uint64_t prefix_wr_ = 0;       // server: the PREFIX's work request (signalled)
+    // A completion failed for a cause of this side's (LOC_*: the link went down here):
+    // this side starts a fallback.  Otherwise (the peer's queue pair is gone: it fell
+    // back, or exec'd, died, handed the socket on) it only answers one (awaiting_): a
+    // frame written into a stream that no library of ours reads any more would be read
+    // as data.
+    bool local_failure_ = false;
+    bool awaiting_ = false;
+    Clock::time_point fb_until_{};  // no peer's frame by then: reset
 
     std::atomic<bool> coalescing_watched_{false};
     std::mutex watch_mu_;       // refresh_watch (a leaf lock)
