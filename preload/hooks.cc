@@ -673,9 +673,15 @@ ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept
         // receiver, in another process, can only use the kernel socket.
         if (msg != nullptr) {
             ErrnoGuard g;
-            for_each_passed_fd(msg, [](int passed) {
+            // (To this process itself, the connection stays as it is: the number it
+            // receives joins it.)
+            ucred cred{};
+            socklen_t clen = sizeof cred;
+            const bool to_self = RS_REAL(getsockopt)(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 &&
+                                 cred.pid == getpid();
+            for_each_passed_fd(msg, [to_self](int passed) {
                 if (SocketRef p = fdt::get(passed); p && p->transport != nullptr)
-                    offload::on_passed(*p);
+                    offload::on_passed(*p, to_self);
             });
         }
         return RS_REAL(sendmsg)(fd, msg, flags);

@@ -100,7 +100,6 @@ bool Conn::start_fallback_locked(const char *why, bool drop_residue) noexcept
         ring_.drop_residue();
     fb_.begin(why, count, drop_residue, start, ring_.produced(), st.shut_wr, sw_.nonce(),
               {ring_.staging(), ring_.staging_size()});
-    fb_until_ = Clock::now() + std::chrono::milliseconds(rt::config().probe_timeout_ms);
     log::write(log::kInfo, "event=fallback fd=%d role=%s why=\"%s\" resend_bytes=%llu residue_bytes=%llu", shown_fd(),
                side_ == Side::client ? "client" : "server", why,
                static_cast<unsigned long long>(ring_.produced() - start),
@@ -132,7 +131,7 @@ bool Conn::await_peer_fallback_locked() noexcept
     up_.release_rdma(*this);
     link_.poll([](uint32_t) {}, [](ibv_wc_status) {});
     awaiting_ = true;
-    fb_until_ = Clock::now() + std::chrono::milliseconds(rt::config().probe_timeout_ms);
+    fb_until_ = Clock::now() + std::chrono::milliseconds(rt::config().fallback_wait_ms);
     RS_DEBUG("connection fd=%d: the RDMA peer's queue pair is gone: waiting for its FALLBACK", shown_fd());
     peer_fell_back_locked();  // (it may be there already)
     update_shadows_locked(true);
@@ -172,7 +171,7 @@ bool Conn::fallback_on_failure_locked() noexcept
 void Conn::peer_fell_back_locked() noexcept
 {
     const int fd = tcp_fd();
-    if (fd < 0 || fb_.active() || ring_.st.broken())
+    if (fd < 0 || fb_.active() || ring_.st.broken() || !at_peer_frame_locked())
         return;
     if (!ring_.frozen()) {
         poll_cq_locked();  // (a client takes in the PREFIX first: the frame stands after its TCP bytes)
@@ -196,7 +195,9 @@ void Conn::peer_fell_back_locked() noexcept
         return;  // (the rest comes with the next edge)
     const char *why = "bytes other than a FALLBACK on the TCP stream after the switch";
     if (m == neg::ConfirmMatch::no || fb_.read_peer_frame(fd, sw_.nonce(), &why) < 0 ||
-        !start_fallback_locked("the peer fell back to TCP"))
+        !start_fallback_locked(handing_over_ ? "the program passed the socket on (SCM_RIGHTS)"
+                                             : "the peer fell back to TCP",
+                               handing_over_))
         fail_and_abort_locked(why);
 }
 
@@ -210,7 +211,10 @@ void Conn::fallback_step_locked(int fd) noexcept
     }
     if (!fb_.in_done() && at_peer_frame_locked()) {
         const char *why = "";
-        if (fb_.take_peer(fd, ring_.acked(), ring_.posted(), ring_.rx_size(), &why) < 0) {
+        const int r = fb_.take_peer(fd, ring_.acked(), ring_.posted(), ring_.rx_size(), &why);
+        if (r > 0 && ring_.st.shut_rd)
+            RS_REAL(shutdown)(fd, SHUT_RD);  // (the program shut reading before the frames were through)
+        if (r < 0) {
             char head[2 * neg::kFallbackSize + 1];
             fb_.peer_head(head, sizeof head);
             RS_DEBUG("connection fd=%d: the peer's FALLBACK: %s (read %s; acked %llu, posted %llu)", shown_fd(), why,
@@ -517,9 +521,11 @@ bool Conn::on_timer(Clock::time_point now) noexcept
         presw_step_locked();
         return sw_.phase() == Phase::maybe && sw_.deferred_tcp() == Reason::none && !sw_.proof_verified();
     }
-    if ((awaiting_ || (fb_.active() && !fb_.have_peer())) && !ring_.st.broken()) {
+    if (awaiting_ && !fb_.active() && !ring_.st.broken()) {
         // No frame from the peer in time: it is not there to answer (exec'd, died,
-        // handed the socket on without us, or its link is down for good).
+        // handed the socket on without us, or its link is down for good).  (A side
+        // that started a fallback has its frame in the stream: TCP's own timeouts
+        // apply to the answer, as to any byte.)
         if (now < fb_until_)
             return true;
         fail_and_abort_locked("no FALLBACK from the RDMA peer in time");
@@ -630,12 +636,12 @@ unsigned Conn::poll_mask(int) noexcept
     const RingPath::Status &st = ring_.st;
     if (st.broken())
         return POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP;
-    if (awaiting_ && !fb_.active()) {
+    if (awaiting_ && !fb_.active() && at_peer_frame_locked()) {
         peer_fell_back_locked();
         if (st.broken())
             return POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP;
         if (!fb_.active())
-            return ring_.avail() > 0 ? POLLIN : 0;
+            return (ring_.avail() > 0 || st.shut_rd ? POLLIN : 0u) | (st.shut_rd ? POLLRDHUP : 0u);
     }
     if (fb_.active() && at_peer_frame_locked()) {
         fallback_step_locked(tcp_fd());

@@ -228,14 +228,14 @@ void Conn::note_declined(Reason why) noexcept
         decide_tcp_locked(why);
 }
 
-bool Conn::note_passed() noexcept
+bool Conn::note_passed(bool to_self) noexcept
 {
     std::unique_lock<std::mutex> lk(mu_);
     // (In verifying the client may have committed to RDMA: giving up there could reset
     // the connection; it is left to switch.)
     if (closed_)
         return false;
-    if (sw_.phase() == Phase::rdma && !ring_.st.broken() && !link_.dead() && !ring_.st.peer_closed) {
+    if (sw_.phase() == Phase::rdma && !to_self && !ring_.st.broken() && !link_.dead() && !ring_.st.peer_closed) {
         hand_over_locked(lk);
         return false;
     }
@@ -250,34 +250,52 @@ void Conn::hand_over_locked(std::unique_lock<std::mutex> &lk) noexcept
     // Whoever receives the socket reads and writes the kernel's: the connection goes back
     // to it first, whole: our frame and backlog in the stream, the peer's frame (and its
     // duplicates) out of it; what the program had not read, the peer resends.  The peer's
-    // library answers at once (it sees our frame, or the queue pair's end); a peer that
-    // does not within RDMASOCK_PROBE_TIMEOUT_MS gets the connection reset, as does one that cannot
-    // be handed over (a client whose server's bytes from before the switch are not all
-    // read: the server's frame stands after them).
-    // (Fallen back already, for another cause: the ring's residue, if any, cannot follow.)
+    // library answers at once (it sees our frame, or the queue pair's end).  Bounded by
+    // RDMASOCK_FALLBACK_WAIT_MS; a connection that cannot be handed over so is reset (a
+    // client whose server's bytes from before the switch are not all read: the server's
+    // frame stands after them; a peer that does not answer).
+    //   A server just switched waits for its PREFIX's completion (the client must have
+    // it to find our frame); a connection whose peer's queue pair ended already
+    // (awaiting_) writes nothing before the peer's frame came (the peer may be gone).
+    handing_over_ = true;
+    const auto until = Clock::now() + std::chrono::milliseconds(rt::config().fallback_wait_ms);
+    auto nap = [&](short tcp_events) {
+        pollfd pf[2] = {{tcp_fd(), tcp_events, 0}, {link_.has_cq() && !ring_.frozen() ? comp_fd() : -1, POLLIN, 0}};
+        lk.unlock();
+        RS_REAL(poll)(pf, 2, 10);
+        lk.lock();
+        if (link_.has_cq() && !ring_.frozen()) {
+            link_.ack_events();
+            link_.arm();
+        }
+    };
     poll_cq_locked();
-    const bool started = (side_ != Side::client || sw_.prefix_done()) &&
+    while (!fb_.active() && !awaiting_ && !ring_.st.broken() && side_ == Side::server &&
+           link_.completed() < prefix_wr_ && Clock::now() < until) {
+        nap(0);
+        poll_cq_locked();
+    }
+    while (awaiting_ && !fb_.active() && !ring_.st.broken() && at_peer_frame_locked() && Clock::now() < until) {
+        peer_fell_back_locked();  // (with handing_over_: the residue goes)
+        if (!awaiting_ || fb_.active())
+            break;
+        nap(POLLIN);
+    }
+    const bool started = !ring_.st.broken() && (side_ != Side::client || sw_.prefix_done()) &&
                          (fb_.active() ? ring_.avail() == 0
-                                       : start_fallback_locked("the program passed the socket on (SCM_RIGHTS)", true));
-    const auto until = Clock::now() + std::chrono::milliseconds(rt::config().probe_timeout_ms);
+                                       : !awaiting_ &&
+                                             start_fallback_locked("the program passed the socket on (SCM_RIGHTS)", true));
     while (started && !ring_.st.broken() && !(fb_.out_done() && fb_.in_done()) && Clock::now() < until) {
         fallback_step_locked(tcp_fd());
         if (fb_.out_done() && fb_.in_done())
             break;
-        pollfd pf{tcp_fd(), static_cast<short>(POLLIN | (fb_.out_done() ? 0 : POLLOUT)), 0};
-        lk.unlock();
-        RS_REAL(poll)(&pf, 1, 10);
-        lk.lock();
+        nap(static_cast<short>(POLLIN | (fb_.out_done() ? 0 : POLLOUT)));
     }
+    handing_over_ = false;
     if (started && !ring_.st.broken() && fb_.out_done() && fb_.in_done() && ring_.avail() == 0)
         return;
     // Reset, rather than let the other process read our frames or lose bytes.
-    fail("the connection could not be handed over to another process");
-    sockaddr unspec{};
-    unspec.sa_family = AF_UNSPEC;
-    const int saved = errno;
-    RS_REAL(connect)(tcp_fd(), &unspec, sizeof unspec);  // (the kernel resets a connected TCP socket)
-    errno = saved;
+    fail_and_abort_locked("the connection could not be handed over to another process");
 }
 
 void Conn::note_late_request() noexcept

@@ -124,7 +124,8 @@ public:
     // decided (maybe) stays on TCP, reason passed, and true is returned.  One on RDMA
     // falls back to its TCP socket first (hand_over_locked), before the message leaves.
     // One whose switch is under way is left as it is.
-    bool note_passed() noexcept;
+    // `to_self`: the message goes to this process (it keeps the connection: no hand-over).
+    bool note_passed(bool to_self = false) noexcept;
     // Server: an RDMA request came for this socket after it had stopped waiting for one
     // and gone to TCP: its reason is timeout, not peer_no_rdmasock.
     void note_late_request() noexcept;
@@ -519,6 +520,7 @@ private:
     // as data.
     bool local_failure_ = false;
     bool awaiting_ = false;
+    bool handing_over_ = false;  // in hand_over_locked: a fallback started drops the residue
     Clock::time_point fb_until_{};  // no peer's frame by then: reset
 
     std::atomic<bool> coalescing_watched_{false};
