@@ -45,10 +45,19 @@ EXTRA_DIST += tests/offload/empty_preload.cc
 CLEANFILES += tests/offload/empty_preload.so
 
 # On the host: build, boot the VM once (with the nordma namespace), run every case
-# inside.  Fails on any failure or skip; the last line is "N passed, N failed".
+# inside.  Fails on any failure or skip; the last line is "N passed, N failed".  Then
+# the midstream cases, each in a VM of its own (a link flap leaves soft-RoCE without
+# rdma_cm connections for the rest of the VM's life).
+MIDSTREAM_CASES = link_down_3s link_down_15s
 check-offload: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la librdmasock_engine.la
 	$(top_srcdir)/tests/vm/run --nordma-ns --timeout 900 -- $(SHELL) \
 	  $(abs_top_srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/offload_tests
+	for c in $(MIDSTREAM_CASES); do \
+	  $(top_srcdir)/tests/vm/run --nordma-ns --timeout 300 -- env TEST_OFFLOAD_MIDSTREAM=1 \
+	    OFFLOAD_LOG=$(abs_top_builddir)/tests/offload/offload_tests.midstream.log $(SHELL) \
+	    $(abs_top_srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/offload_tests \
+	    --run_test=midstream/$$c || exit 1; \
+	done
 
 # The same where a device and the nordma namespace already are (inside the VM).
 check-offload-guest: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la librdmasock_engine.la

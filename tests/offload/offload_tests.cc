@@ -1245,21 +1245,6 @@ std::string netdev_of(const std::string &addr)
     return name;
 }
 
-// The soft-RoCE devices whose port 1 is ACTIVE.
-std::set<std::string> active_rdma_ports()
-{
-    std::set<std::string> active;
-    if (DIR *d = opendir("/sys/class/infiniband")) {
-        while (dirent *e = readdir(d))
-            if (e->d_name[0] != '.' &&
-                read_file(std::string("/sys/class/infiniband/") + e->d_name + "/ports/1/state").find("ACTIVE") !=
-                    std::string::npos)
-                active.insert(e->d_name);
-        closedir(d);
-    }
-    return active;
-}
-
 // The link under the RDMA device goes down for `down_s` seconds in the middle of a
 // stream both ways (issue 17, point 4).  soft-RoCE fails the queue pairs at once (a
 // send on a link that is down); the connection falls back to its TCP socket, which
@@ -1271,7 +1256,6 @@ void midstream_link_down(int down_s)
     const std::string dev = netdev_of(cfg.addr);
     BOOST_REQUIRE_MESSAGE(!dev.empty(), name << ": no interface holds " << cfg.addr);
     const std::vector<Stream> plan = {{256u << 20, 256u << 20, "write", true}};
-    const std::set<std::string> active = active_rdma_ports();
     double down_at = 0, up_at = 0;
     std::string ip_out;
     int down_rc = -1, up_rc = -1;
@@ -1283,35 +1267,14 @@ void midstream_link_down(int down_s)
         up_rc = run_quiet({"ip", "link", "set", dev, "up"}, 10000, &ip_out);
         up_at = now_ms();
     });
-    // Up again for the next cases, whatever happened.  Then the soft-RoCE device is made
-    // anew: after a link flap with connections on it, Debian 12's rdma_rxe (6.1) carries
-    // no rdma_cm connection any more (rping gets no answer 45 s later; after a flap
-    // without traffic it answers 0.8 s after the link came up), and a new device does.
-    // (A property of the emulated device's kernel: RDMA hardware reconnects.)
+    // Up again, whatever happened.  (Each case runs in a VM of its own: after a link flap
+    // with connections on it, Debian 12's rdma_rxe (6.1) carries no rdma_cm connection any
+    // more (rping gets no answer 45 s later; after a flap without traffic it answers 0.8 s
+    // after the link came up), and making the device anew failed when other cases had
+    // run before (rdma link add, in a full run).  A property of the emulated device's
+    // kernel: RDMA hardware reconnects.)
     if (up_rc != 0)
         run_quiet({"ip", "link", "set", dev, "up"}, 10000, &ip_out);
-    std::string links, rxe;
-    run_quiet({"rdma", "link", "show"}, 10000, &links);
-    for (const std::string &l : split_lines(links))
-        if (l.rfind("link ", 0) == 0 && l.find(" netdev " + dev) != std::string::npos)
-            rxe = l.substr(5, l.find('/') - 5);
-    BOOST_CHECK_MESSAGE(!rxe.empty(), name << ": no RDMA link on " << dev << ":\n" << links);
-    if (!rxe.empty()) {
-        run_quiet({"rdma", "link", "delete", rxe}, 20000, &ip_out);
-        BOOST_CHECK_MESSAGE(run_quiet({"rdma", "link", "add", rxe, "type", "rxe", "netdev", dev}, 20000, &ip_out) == 0,
-                            name << ": rdma link add " << rxe << " failed: " << ip_out);
-    }
-    for (int i = 0; i < 300 && active_rdma_ports() != active; ++i)
-        usleep(50 * 1000);
-    BOOST_CHECK_MESSAGE(active_rdma_ports() == active, name << ": the RDMA ports did not come back");
-    // An rping pair, until one connects (at most 30 s).
-    const std::string rping = "rping -s -a " + cfg.addr + " -p 7176 -C 1 >/dev/null 2>&1 & s=$!; sleep 0.3; "
-                              "timeout 3 rping -c -a " + cfg.addr + " -p 7176 -C 1 >/dev/null 2>&1; rc=$?; "
-                              "kill $s 2>/dev/null; wait; exit $rc";
-    bool cm_back = false;
-    for (double until = now_ms() + 30000; !cm_back && now_ms() < until;)
-        cm_back = run_quiet({"sh", "-c", rping}, 10000) == 0;
-    BOOST_CHECK_MESSAGE(cm_back, name << ": no rdma_cm connection in 30 s after the link came up");
     BOOST_CHECK_MESSAGE(down_rc == 0 && up_rc == 0, name << ": ip link set " << dev << " failed: " << ip_out);
     size_t fell_back = 0;
     std::string why;
@@ -3683,10 +3646,14 @@ bool init_tests()
     add(fb, "resource", fallback_resource);
     master.add(fb);
 
-    auto *mid = BOOST_TEST_SUITE("midstream");
-    add(mid, "link_down_3s", [] { midstream_link_down(3); });
-    add(mid, "link_down_15s", [] { midstream_link_down(15); });
-    master.add(mid);
+    // (Only with TEST_OFFLOAD_MIDSTREAM=1, one case per VM: make check-offload runs them
+    // so.  A link flap leaves soft-RoCE without rdma_cm connections: midstream_link_down.)
+    if (getenv("TEST_OFFLOAD_MIDSTREAM") != nullptr) {
+        auto *mid = BOOST_TEST_SUITE("midstream");
+        add(mid, "link_down_3s", [] { midstream_link_down(3); });
+        add(mid, "link_down_15s", [] { midstream_link_down(15); });
+        master.add(mid);
+    }
 
     // tests/vm/run --two-vms (make check-offload-2vm): the servers run on the other VM,
     // the bytes cross a network link (one VM's soft-RoCE loopback completes every write
