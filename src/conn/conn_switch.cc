@@ -228,14 +228,14 @@ void Conn::note_declined(Reason why) noexcept
         decide_tcp_locked(why);
 }
 
-bool Conn::note_passed(bool to_self) noexcept
+bool Conn::note_passed() noexcept
 {
     std::unique_lock<std::mutex> lk(mu_);
     // (In verifying the client may have committed to RDMA: giving up there could reset
     // the connection; it is left to switch.)
     if (closed_)
         return false;
-    if (sw_.phase() == Phase::rdma && !to_self && !ring_.st.broken() && !link_.dead() && !ring_.st.peer_closed) {
+    if (sw_.phase() == Phase::rdma && !ring_.st.broken() && !link_.dead() && !ring_.st.peer_closed) {
         hand_over_locked(lk);
         return false;
     }

@@ -124,8 +124,7 @@ public:
     // decided (maybe) stays on TCP, reason passed, and true is returned.  One on RDMA
     // falls back to its TCP socket first (hand_over_locked), before the message leaves.
     // One whose switch is under way is left as it is.
-    // `to_self`: the message goes to this process (it keeps the connection: no hand-over).
-    bool note_passed(bool to_self = false) noexcept;
+    bool note_passed() noexcept;
     // Server: an RDMA request came for this socket after it had stopped waiting for one
     // and gone to TCP: its reason is timeout, not peer_no_rdmasock.
     void note_late_request() noexcept;

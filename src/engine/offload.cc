@@ -1268,10 +1268,10 @@ void on_close(int fd, Socket &s) noexcept
     c->mark_closed();
 }
 
-void on_passed(Socket &s, bool to_self) noexcept
+void on_passed(Socket &s) noexcept
 {
     Conn *c = Conn::of(s.transport);
-    if (c == nullptr || !c->note_passed(to_self) || c->side() != Conn::Side::server || g_engine == nullptr)
+    if (c == nullptr || !c->note_passed() || c->side() != Conn::Side::server || g_engine == nullptr)
         return;
     // The connection stays known (a request that comes later is declined as late); only
     // one that waits already is answered now.

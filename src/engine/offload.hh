@@ -33,7 +33,7 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept;
 // The program passes `s` on with SCM_RIGHTS (before the message is sent): a connection
 // still being decided stays on TCP (Conn::note_passed), and an RDMA request parked for
 // it is declined at once.
-void on_passed(Socket &s, bool to_self = false) noexcept;
+void on_passed(Socket &s) noexcept;
 
 // The operator's view (preload/report.hh): `open` makes its socket when the engine
 // starts, `answer` runs on the progress thread when it is readable.
