@@ -195,9 +195,7 @@ void Conn::peer_fell_back_locked() noexcept
         return;  // (the rest comes with the next edge)
     const char *why = "bytes other than a FALLBACK on the TCP stream after the switch";
     if (m == neg::ConfirmMatch::no || fb_.read_peer_frame(fd, sw_.nonce(), &why) < 0 ||
-        !start_fallback_locked(handing_over_ ? "the program passed the socket on (SCM_RIGHTS)"
-                                             : "the peer fell back to TCP",
-                               handing_over_))
+        !start_fallback_locked("the peer fell back to TCP"))
         fail_and_abort_locked(why);
 }
 

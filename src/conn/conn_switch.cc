@@ -230,72 +230,16 @@ void Conn::note_declined(Reason why) noexcept
 
 bool Conn::note_passed() noexcept
 {
-    std::unique_lock<std::mutex> lk(mu_);
+    std::lock_guard<std::mutex> lk(mu_);
     // (In verifying the client may have committed to RDMA: giving up there could reset
-    // the connection; it is left to switch.)
-    if (closed_)
-        return false;
-    if (sw_.phase() == Phase::rdma && !ring_.st.broken() && !link_.dead() && !ring_.st.peer_closed) {
-        hand_over_locked(lk);
-        return false;
-    }
-    if (sw_.phase() != Phase::maybe)
+    // the connection; it is left to switch.  On RDMA it stays there: a hand-over to TCP
+    // (fallback.hh, RESIDUE_DROPPED) needs the peer's answer, which a peer whose end is
+    // closed and draining does not give, and a pass to the process itself cannot be told
+    // from one to another process.)
+    if (closed_ || sw_.phase() != Phase::maybe)
         return false;
     decide_tcp_locked(Reason::passed);
     return true;
-}
-
-void Conn::hand_over_locked(std::unique_lock<std::mutex> &lk) noexcept
-{
-    // Whoever receives the socket reads and writes the kernel's: the connection goes back
-    // to it first, whole: our frame and backlog in the stream, the peer's frame (and its
-    // duplicates) out of it; what the program had not read, the peer resends.  The peer's
-    // library answers at once (it sees our frame, or the queue pair's end).  Bounded by
-    // RDMASOCK_FALLBACK_WAIT_MS; a connection that cannot be handed over so is reset (a
-    // client whose server's bytes from before the switch are not all read: the server's
-    // frame stands after them; a peer that does not answer).
-    //   A server just switched waits for its PREFIX's completion (the client must have
-    // it to find our frame); a connection whose peer's queue pair ended already
-    // (awaiting_) writes nothing before the peer's frame came (the peer may be gone).
-    handing_over_ = true;
-    const auto until = Clock::now() + std::chrono::milliseconds(rt::config().fallback_wait_ms);
-    auto nap = [&](short tcp_events) {
-        pollfd pf[2] = {{tcp_fd(), tcp_events, 0}, {link_.has_cq() && !ring_.frozen() ? comp_fd() : -1, POLLIN, 0}};
-        lk.unlock();
-        RS_REAL(poll)(pf, 2, 10);
-        lk.lock();
-        if (link_.has_cq() && !ring_.frozen()) {
-            link_.ack_events();
-            link_.arm();
-        }
-    };
-    poll_cq_locked();
-    while (!fb_.active() && !awaiting_ && !ring_.st.broken() && side_ == Side::server &&
-           link_.completed() < prefix_wr_ && Clock::now() < until) {
-        nap(0);
-        poll_cq_locked();
-    }
-    while (awaiting_ && !fb_.active() && !ring_.st.broken() && at_peer_frame_locked() && Clock::now() < until) {
-        peer_fell_back_locked();  // (with handing_over_: the residue goes)
-        if (!awaiting_ || fb_.active())
-            break;
-        nap(POLLIN);
-    }
-    const bool started = !ring_.st.broken() && (side_ != Side::client || sw_.prefix_done()) &&
-                         (fb_.active() ? ring_.avail() == 0
-                                       : !awaiting_ &&
-                                             start_fallback_locked("the program passed the socket on (SCM_RIGHTS)", true));
-    while (started && !ring_.st.broken() && !(fb_.out_done() && fb_.in_done()) && Clock::now() < until) {
-        fallback_step_locked(tcp_fd());
-        if (fb_.out_done() && fb_.in_done())
-            break;
-        nap(static_cast<short>(POLLIN | (fb_.out_done() ? 0 : POLLOUT)));
-    }
-    handing_over_ = false;
-    if (started && !ring_.st.broken() && fb_.out_done() && fb_.in_done() && ring_.avail() == 0)
-        return;
-    // Reset, rather than let the other process read our frames or lose bytes.
-    fail_and_abort_locked("the connection could not be handed over to another process");
 }
 
 void Conn::note_late_request() noexcept

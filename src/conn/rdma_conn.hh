@@ -121,9 +121,9 @@ public:
     void note_declined(Reason why) noexcept;
     // The program passes the socket on (SCM_RIGHTS): whoever receives it uses the kernel
     // socket, which RDMA cannot follow into another process.  A connection still being
-    // decided (maybe) stays on TCP, reason passed, and true is returned.  One on RDMA
-    // falls back to its TCP socket first (hand_over_locked), before the message leaves.
-    // One whose switch is under way is left as it is.
+    // decided (maybe) stays on TCP, reason passed, and true is returned.  One whose
+    // switch is under way or done is left as it is (it goes on RDMA: only this
+    // process's numbers reach it).
     bool note_passed() noexcept;
     // Server: an RDMA request came for this socket after it had stopped waiting for one
     // and gone to TCP: its reason is timeout, not peer_no_rdmasock.
@@ -399,9 +399,6 @@ private:
     // `drop_residue`: the ring's unread bytes are not read here (the program hands the
     // socket to another process): the peer resends them.
     bool start_fallback_locked(const char *why, bool drop_residue = false) noexcept;
-    // The program passes the socket on (SCM_RIGHTS) while on RDMA: back to its TCP
-    // socket, whole, before the message leaves (or reset, when it cannot be).
-    void hand_over_locked(std::unique_lock<std::mutex> &lk) noexcept;
     // The queue pair failed (st.failed, no reset): fall back when the connection can;
     // true when it is falling back (or waits for the peer's frame).
     bool fallback_on_failure_locked() noexcept;
@@ -519,7 +516,6 @@ private:
     // as data.
     bool local_failure_ = false;
     bool awaiting_ = false;
-    bool handing_over_ = false;  // in hand_over_locked: a fallback started drops the residue
     Clock::time_point fb_until_{};  // no peer's frame by then: reset
 
     std::atomic<bool> coalescing_watched_{false};

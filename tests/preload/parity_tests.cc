@@ -124,8 +124,6 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         "stream sendfile inet", "epipe", "eagain", "fill", "connstate", "epoll-lt", "epoll-et",
         "epoll-et-fin", "epoll-oneshot", "epoll-rdhup", "epoll-nested", "peek", "waitall", "dontwait", "dup", "dup-reuse", "nonblock-elsewhere",
         "fork-epoll-close",
-        // pass-switched: on RDMA until the pass, on TCP after (the close lines say rdma)
-        "pass-switched",
         // unix: its only TCP connection is the one passed with SCM_RIGHTS
         "unix", "stdio", "splice", "closelog inet exact", "closelog inet eof", "closelog-queued inet"};
     static const std::set<std::string> one_pair6 = {
@@ -1608,21 +1606,6 @@ bytes = world
 the child served it: yes
 the parent closes its copy = 0
 client reads EOF = 0
-)")
-
-// SCM_RIGHTS of a connection on RDMA to another process: it falls back to its TCP socket
-// first, and the child goes on with the stream (the bytes the parent left unread too).
-PARITY_CASE(pass_switched_to_a_child, ({"pass-switched"}), nullptr,
-R"(client writes 700: yes
-server reads 700: yes
-server writes 3000: yes
-client reads 1000: yes
-sendmsg SCM_RIGHTS(the client's end) = 1
-the parent closes its copy = 0
-server writes 100000 more: yes
-server reads the child's 50000, in order: yes
-the child went on with the stream: yes
-server reads EOF = 0
 )")
 
 // stdio streams on a connection: the C library's own reads and writes (found: on RDMA

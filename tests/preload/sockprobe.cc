@@ -62,7 +62,6 @@
 #include <utility>
 #include <vector>
 
-#include "include/rdmasock.h"
 #include "tests/common/files.hh"
 #include "tests/common/io.hh"
 #include "tests/common/text.hh"
@@ -3098,90 +3097,6 @@ int sc_pass_child(const Args &)
     return 0;
 }
 
-// Byte i of a direction's stream (dir 0: to the client, 1: to the server).
-uint8_t pass_byte(int dir, uint64_t i)
-{
-    return static_cast<uint8_t>(i * 13 + static_cast<uint64_t>(dir) * 77 + (i >> 7));
-}
-
-// Write bytes [from, to) of direction `dir`; true when all went.
-bool write_stream(int fd, int dir, uint64_t from, uint64_t to)
-{
-    std::vector<uint8_t> b(to - from);
-    for (uint64_t i = from; i < to; ++i)
-        b[i - from] = pass_byte(dir, i);
-    size_t done = 0;
-    while (done < b.size()) {
-        ssize_t r = write(fd, b.data() + done, b.size() - done);
-        if (r <= 0)
-            return false;
-        done += static_cast<size_t>(r);
-    }
-    return true;
-}
-
-// Read bytes [from, to) of direction `dir`; true when every one came, as written.
-bool read_stream(int fd, int dir, uint64_t from, uint64_t to)
-{
-    std::vector<uint8_t> b(to - from);
-    if (read_n(fd, b.data(), b.size()) != b.size())
-        return false;
-    for (uint64_t i = from; i < to; ++i)
-        if (b[i - from] != pass_byte(dir, i))
-            return false;
-    return true;
-}
-
-// Where the library is, until the connection is on RDMA (at most 5 s); silent, as the
-// kernel's transcript has no such line.
-void wait_on_rdma(int fd)
-{
-    for (int i = 0; i < 500; ++i) {
-        rdmasock_info in{};
-        socklen_t len = sizeof in;
-        if (getsockopt(fd, SOL_RDMASOCK, RDMASOCK_INFO, &in, &len) != 0 || strcmp(in.phase, "rdma") == 0 ||
-            strcmp(in.phase, "tcp") == 0)
-            return;
-        usleep(10 * 1000);
-    }
-}
-
-// SCM_RIGHTS of a connection on RDMA to another process (issue 17, point 3): it goes
-// back to its TCP socket before the message leaves (each side's FALLBACK; the bytes the
-// program had not read yet are resent by the peer), and the child goes on with the
-// stream from where the parent's program stopped: every byte once and in order, both
-// ways; the parent's close of its copy ends nothing.
-int sc_pass_switched(const Args &)
-{
-    Conn p = tcp_pair(AF_INET);
-    out("client writes 700: %s", write_stream(p.c, 1, 0, 700) ? "yes" : "no");
-    out("server reads 700: %s", read_stream(p.s, 1, 0, 700) ? "yes" : "no");
-    // (The server's bytes all after the switch: a client whose server's bytes from
-    // before it are not all read cannot hand the connection on: rdmasock(7).)
-    wait_on_rdma(p.c);
-    wait_on_rdma(p.s);
-    out("server writes 3000: %s", write_stream(p.s, 0, 0, 3000) ? "yes" : "no");
-    out("client reads 1000: %s", read_stream(p.c, 0, 0, 1000) ? "yes" : "no");
-    int sv[2];
-    // The child: the 2000 bytes the parent left unread, then 100000 more; 50000 of ours.
-    pid_t pid = fork_receiver(
-        sv, [](int r) { return read_stream(r, 0, 1000, 103000) && write_stream(r, 1, 700, 50700); });
-    SHOW("sendmsg SCM_RIGHTS(the client's end)", send_fd(sv[0], p.c));
-    SHOW("the parent closes its copy", close(p.c));
-    p.c = -1;
-    out("server writes 100000 more: %s", write_stream(p.s, 0, 3000, 103000) ? "yes" : "no");
-    out("server reads the child's 50000, in order: %s", read_stream(p.s, 1, 700, 50700) ? "yes" : "no");
-    int st = 0;
-    must(waitpid(pid, &st, 0), "waitpid");
-    out("the child went on with the stream: %s", WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "yes" : "no");
-    char b[8];
-    wait_for(p.s, POLLIN);
-    SHOW("server reads EOF", read(p.s, b, sizeof b));
-    close(sv[0]);
-    close_conn(p);
-    return 0;
-}
-
 // stdio on a connection: fdopen() streams both ways (fprintf, fputs, fgets, fwrite,
 // fread, fileno, fclose) and dprintf(), whose bytes the C library writes and reads by
 // its own internal calls.  6000 bytes at most unread (the 8 KiB rings' parity run).
@@ -3571,7 +3486,6 @@ const Scenario kScenarios[] = {
     {"signals", sc_signals, ""},
     {"unix", sc_unix, ""},
     {"pass-child", sc_pass_child, ""},
-    {"pass-switched", sc_pass_switched, ""},
     {"stdio", sc_stdio, ""},
     {"stdio-exit", sc_stdio_exit, ""},
     {"pipe", sc_pipe, ""},
