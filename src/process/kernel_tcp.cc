@@ -102,10 +102,14 @@ public:
 
 // Never destroyed: a destroyed polymorphic object must not be reached by the library's
 // threads at exit.
-Transport &kernel_tcp() noexcept
-{
-    static auto *k = new KernelTcp();
-    return *k;
-}
+namespace {
+// Made as the library loads, not on first use: a lazy local's guard, held by a thread
+// of the parent when another thread forked, left the child waiting on it for ever (the
+// parity fork storm, busy-poll mode, once in the full run of 45d3f3b: a child in
+// FUTEX_WAIT on the guard of this object).  (Never destroyed: calls may come at exit.)
+KernelTcp *const g_kernel_tcp = new KernelTcp();
+}  // namespace
+
+Transport &kernel_tcp() noexcept { return *g_kernel_tcp; }
 
 }  // namespace rdmasock
