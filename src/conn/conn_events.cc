@@ -74,7 +74,7 @@ bool Conn::can_fall_back_locked() const noexcept
     return link_.completed() >= prefix_wr_;
 }
 
-bool Conn::start_fallback_locked(const char *why, bool drop_residue) noexcept
+bool Conn::start_fallback_locked(const char *why) noexcept
 {
     if (fb_.active())
         return true;
@@ -93,12 +93,9 @@ bool Conn::start_fallback_locked(const char *why, bool drop_residue) noexcept
     ring_.freeze();
     up_.release_rdma(*this);  // the queue pair stops: the peer learns it (DISCONNECTED) and answers
     link_.poll([](uint32_t) {}, [](ibv_wc_status) {});
-    // Our count: what we hold of the peer's stream (only what the program read, when the
-    // ring's residue goes).
-    const uint64_t count = ring_.consumed() + (drop_residue ? 0 : ring_.avail());
-    if (drop_residue)
-        ring_.drop_residue();
-    fb_.begin(why, count, drop_residue, start, ring_.produced(), st.shut_wr, sw_.nonce(),
+    // Our count: what we hold of the peer's stream (read, or in the ring: read first).
+    const uint64_t count = ring_.consumed() + ring_.avail();
+    fb_.begin(count, start, ring_.produced(), st.shut_wr, sw_.nonce(),
               {ring_.staging(), ring_.staging_size()});
     log::write(log::kInfo, "event=fallback fd=%d role=%s why=\"%s\" resend_bytes=%llu residue_bytes=%llu", shown_fd(),
                side_ == Side::client ? "client" : "server", why,

@@ -11,17 +11,16 @@
 
 namespace rdmasock {
 
-void FallbackPath::begin(const char *why, uint64_t count, bool dropped, uint64_t start, uint64_t end, bool shut,
+void FallbackPath::begin(uint64_t count, uint64_t start, uint64_t end, bool shut,
                          const neg::Nonce &n, Staging staging) noexcept
 {
     active_ = true;
-    why_ = why;
     nonce_ = n;
     count_ = count;
     neg::Fallback f;
     f.count = count;
     f.start = start;
-    f.flags = static_cast<uint8_t>((shut ? neg::kFbWrShut : 0) | (dropped ? neg::kFbResidueDropped : 0));
+    f.flags = shut ? neg::kFbWrShut : 0;
     neg::encode_fallback(f, n, frame_);
     frame_out_ = 0;
     out_next_ = start;

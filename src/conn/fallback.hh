@@ -35,14 +35,12 @@ public:
     };
 
     bool active() const noexcept { return active_; }
-    const char *why() const noexcept { return why_; }
 
-    // Begin: our frame says we hold `count` bytes of the peer's stream (`dropped`: only
-    // what the program read, the ring's residue going with the process: exec,
-    // SCM_RIGHTS), and the TCP bytes after it are ours from `start` to `end`.  `shut`:
-    // the program shut down writing (the kernel's shutdown follows the backlog).
-    void begin(const char *why, uint64_t count, bool dropped, uint64_t start, uint64_t end, bool shut,
-               const neg::Nonce &n, Staging staging) noexcept;
+    // Begin: our frame says we hold `count` bytes of the peer's stream, and the TCP bytes
+    // after it are ours from `start` to `end`.  `shut`: the program shut down writing (the
+    // kernel's shutdown follows the backlog).
+    void begin(uint64_t count, uint64_t start, uint64_t end, bool shut, const neg::Nonce &n,
+               Staging staging) noexcept;
 
     // --- out ---
     bool out_done() const noexcept
@@ -80,7 +78,6 @@ private:
     bool active_ = false;
     neg::Nonce nonce_{};
     uint64_t count_ = 0;
-    const char *why_ = "";
     // out
     uint8_t frame_[neg::kFallbackSize] = {};
     size_t frame_out_ = 0;

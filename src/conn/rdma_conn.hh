@@ -396,9 +396,7 @@ private:
     // first.  False when it cannot (the caller resets): a client whose CONFIRM is not
     // whole in the stream or who lacks the PREFIX (the peer's frame could not be found),
     // a connection reset or closed by its peer, or a bad frame from the peer.
-    // `drop_residue`: the ring's unread bytes are not read here (the program hands the
-    // socket to another process): the peer resends them.
-    bool start_fallback_locked(const char *why, bool drop_residue = false) noexcept;
+    bool start_fallback_locked(const char *why) noexcept;
     // The queue pair failed (st.failed, no reset): fall back when the connection can;
     // true when it is falling back (or waits for the peer's frame).
     bool fallback_on_failure_locked() noexcept;

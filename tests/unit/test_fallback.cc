@@ -165,8 +165,8 @@ BOOST_AUTO_TEST_CASE(both_ends_resend_and_skip)
     End a, b;
     a.stage(0, 100, 150);
     b.stage(1, 30, 60);
-    a.fb.begin("test", 45, false, 100, 150, false, n, {a.staging, sizeof a.staging});
-    b.fb.begin("test", 120, false, 30, 60, true, n, {b.staging, sizeof b.staging});
+    a.fb.begin(45, 100, 150, false, n, {a.staging, sizeof a.staging});
+    b.fb.begin(120, 30, 60, true, n, {b.staging, sizeof b.staging});
     BOOST_TEST(a.fb.push(sp.fd[0]) == 0);
     BOOST_TEST(b.fb.push(sp.fd[1]) == 0);
     BOOST_TEST(a.fb.out_done());
@@ -190,7 +190,7 @@ BOOST_AUTO_TEST_CASE(frame_in_pieces_and_peer_first)
     SocketPair capture;
     End a;
     a.stage(0, 10, 20);
-    a.fb.begin("test", 0, false, 10, 20, false, n, {a.staging, sizeof a.staging});
+    a.fb.begin(0, 10, 20, false, n, {a.staging, sizeof a.staging});
     BOOST_TEST(!a.fb.out_done());
     BOOST_TEST(a.fb.push(capture.fd[0]) == 0);
     BOOST_TEST(a.fb.out_done());
@@ -209,7 +209,7 @@ BOOST_AUTO_TEST_CASE(frame_in_pieces_and_peer_first)
     BOOST_TEST(b.peer_count() == 0u);
     // B falls back second (it resends from A's count, 0); it holds 10 of A's stream, and
     // A resends from 10: nothing to skip.
-    b.begin("test", 10, false, 0, 0, false, n, {nullptr, 64});
+    b.begin(10, 0, 0, false, n, {nullptr, 64});
     BOOST_TEST(!b.out_done());  // (nothing to resend: its frame all the same; once missed, a defect)
     BOOST_TEST(b.take_peer(feed.fd[1], 0, 0, 64, &why) == 1, why);
     BOOST_TEST(read_n(feed.fd[1], 10) == expected(0, 10, 20));
@@ -222,14 +222,14 @@ BOOST_AUTO_TEST_CASE(bad_or_missing_frames_refused)
     {  // bytes that are no frame
         SocketPair sp;
         FallbackPath a;
-        a.begin("test", 0, false, 0, 0, false, n, {nullptr, 64});
+        a.begin(0, 0, 0, false, n, {nullptr, 64});
         BOOST_TEST(write(sp.fd[1], "GET / HTTP/1.1\r\n", 16) == 16);
         BOOST_TEST(a.take_peer(sp.fd[0], 0, 0, 64, &why) == -1);
     }
     {  // the stream ends before it
         SocketPair sp;
         FallbackPath a;
-        a.begin("test", 0, false, 0, 0, false, n, {nullptr, 64});
+        a.begin(0, 0, 0, false, n, {nullptr, 64});
         BOOST_TEST(a.take_peer(sp.fd[0], 0, 0, 64, &why) == 0);  // nothing yet
         shutdown(sp.fd[1], SHUT_WR);
         BOOST_TEST(a.take_peer(sp.fd[0], 0, 0, 64, &why) == -1);
@@ -237,18 +237,18 @@ BOOST_AUTO_TEST_CASE(bad_or_missing_frames_refused)
     {  // another connection's frame (its nonce)
         SocketPair sp;
         FallbackPath other, a;
-        other.begin("test", 0, false, 0, 0, false, nonce(3), {nullptr, 64});
+        other.begin(0, 0, 0, false, nonce(3), {nullptr, 64});
         BOOST_TEST(other.push(sp.fd[1]) == 0);
-        a.begin("test", 0, false, 0, 0, false, n, {nullptr, 64});
+        a.begin(0, 0, 0, false, n, {nullptr, 64});
         BOOST_TEST(a.take_peer(sp.fd[0], 0, 0, 64, &why) == -1);
     }
     {  // a count beyond what we posted, and a start ahead of what we hold
         for (int k = 0; k < 2; ++k) {
             SocketPair sp;
             FallbackPath peer, a;
-            peer.begin("test", k == 0 ? 500 : 50, false, k == 0 ? 10 : 90, k == 0 ? 10 : 90, false, n, {nullptr, 64});
+            peer.begin(k == 0 ? 500 : 50, k == 0 ? 10 : 90, k == 0 ? 10 : 90, false, n, {nullptr, 64});
             BOOST_TEST(peer.push(sp.fd[1]) == 0);
-            a.begin("test", 80, false, 0, 0, false, n, {nullptr, 64});
+            a.begin(80, 0, 0, false, n, {nullptr, 64});
             // ours: acked 40, posted 100; we hold 80 of the peer's stream
             BOOST_TEST(a.take_peer(sp.fd[0], 40, 100, 64, &why) == -1, "case " << k);
         }
