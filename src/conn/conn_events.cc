@@ -129,6 +129,7 @@ bool Conn::await_peer_fallback_locked() noexcept
     link_.poll([](uint32_t) {}, [](ibv_wc_status) {});
     awaiting_ = true;
     fb_until_ = Clock::now() + std::chrono::milliseconds(rt::config().fallback_wait_ms);
+    up_.timer_set(*this);  // (a program's call may have found the failure: nothing else wakes it)
     RS_DEBUG("connection fd=%d: the RDMA peer's queue pair is gone: waiting for its FALLBACK", shown_fd());
     peer_fell_back_locked();  // (it may be there already)
     update_shadows_locked(true);
@@ -505,6 +506,7 @@ void Conn::on_tcp_event(unsigned events) noexcept
 void Conn::start_grace_locked() noexcept
 {
     tcp_.grace_deadline = Clock::now() + std::chrono::milliseconds(rt::config().peer_grace_ms);
+    up_.timer_set(*this);
 }
 
 bool Conn::on_timer(Clock::time_point now) noexcept

@@ -403,6 +403,10 @@ int Conn::try_confirm_locked() noexcept
     // thread waiting for the switch has run.
     RS_DEBUG("connection fd=%d: server switched to RDMA after %llu TCP bytes", tcp_fd(),
              static_cast<unsigned long long>(sw_.tcp_sent()));
+    // Bytes that came behind the CONFIRM had their edge before the switch: looked at
+    // now (no FALLBACK can be among them yet: the client falls back only once it has
+    // our PREFIX).
+    peer_fell_back_locked();
     return 1;
 }
 

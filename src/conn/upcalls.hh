@@ -28,6 +28,9 @@ public:
     virtual void switched_to_rdma(int fd, Conn &c) noexcept = 0;
     // `fd` decided on TCP: its readiness stays with the kernel.
     virtual void decided_tcp(int fd) noexcept = 0;
+    // `c` has a deadline now (Conn::on_timer): the progress thread, which may be asleep
+    // with none, looks at its timers again.
+    virtual void timer_set(Conn &c) noexcept = 0;
 
 protected:
     ~Upcalls() = default;

@@ -60,6 +60,11 @@ public:
     void move_tcp_watch(Conn &c, int from, int to) noexcept override { offload::move_tcp_watch(c, from, to); }
     void switched_to_rdma(int fd, Conn &c) noexcept override { readiness::on_switch_to_rdma(fd, c); }
     void decided_tcp(int fd) noexcept override { readiness::on_decided_tcp(fd); }
+    void timer_set(Conn &) noexcept override
+    {
+        if (Engine *e = g_engine)
+            e->wake();
+    }
 };
 EngineUpcalls g_upcalls;
 

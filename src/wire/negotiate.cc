@@ -272,7 +272,7 @@ void encode_fallback(const Fallback &f, const Nonce &n, uint8_t out[kFallbackSiz
 
 ConfirmMatch match_fallback(const uint8_t *data, size_t got, const Nonce &expected, Fallback *out) noexcept
 {
-    constexpr uint8_t kKnown = kFbWrShut | kFbClosed | kFbResidueDropped;
+    constexpr uint8_t kKnown = kFbWrShut;
     // Checked as far as the bytes go: magic, version, flags, reserved, then the tag.
     if (memcmp(data, kMagicFallback, got < 4 ? got : 4) != 0 || (got > 4 && data[4] != kVersion) ||
         (got > 5 && (data[5] & ~kKnown) != 0) || (got > 6 && data[6] != 0) || (got > 7 && data[7] != 0))

@@ -108,8 +108,6 @@ bool valid_ring(const RingInfo &r) noexcept;
 // count, the start (both network order), the first 8 bytes of the connection's nonce.
 constexpr size_t kFallbackSize = 32;
 constexpr uint8_t kFbWrShut = 1;           // the sender's stream ends after its resend
-constexpr uint8_t kFbClosed = 2;           // the sender reads nothing more
-constexpr uint8_t kFbResidueDropped = 4;   // count is what the sender's program read
                                            // (exec, SCM_RIGHTS: its ring goes)
 struct Fallback {
     // Bytes of the peer's stream the sender holds (received over RDMA, counted at their

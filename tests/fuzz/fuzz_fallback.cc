@@ -31,7 +31,7 @@ bool byte_ok(size_t i, uint8_t b, const neg::Nonce &n)
     if (i == 4)
         return b == neg::kVersion;
     if (i == 5)
-        return (b & ~(neg::kFbWrShut | neg::kFbClosed | neg::kFbResidueDropped)) == 0;
+        return (b & ~neg::kFbWrShut) == 0;
     if (i == 6 || i == 7)
         return b == 0;
     if (i < 24)

@@ -56,14 +56,15 @@
 //   it, remote access error; the child then sends N pattern bytes and FIN on its ring and
 //   checks the victim's echo: that connection untouched)
 //   data_after_fin (FIN, then once the victim has closed, DATA(16) with 16 bytes)
-//   tcp_after_confirm (not a ring fault: 100 bytes of 0xEE on TCP right after the
-//   CONFIRM, then N honest pattern bytes on the ring and FIN; the victim must deliver
-//   the ring bytes only, and its echo is checked in our ring)
+//   tcp_after_confirm (100 bytes of 0xEE on TCP right after the CONFIRM, in the same
+//   send: after the switch the TCP stream carries nothing but a FALLBACK frame, so the
+//   victim must reset, delivering none of them; nothing is sent on the ring)
 //   confirm_late (not a fault: the CONFIRM comes 4 s after the SWITCH, longer than the
-//   victim waits for a SWITCH; then as tcp_after_confirm without the 0xEE bytes: the
-//   victim must switch, and never deliver the CONFIRM as stream bytes)
+//   victim waits for a SWITCH; then N honest pattern bytes on the ring and FIN: the
+//   victim must switch, never deliver the CONFIRM as stream bytes, and its echo is
+//   checked in our ring)
 // then wait (bounded) for the victim to close the TCP connection, keeping ours open.
-//   rdma_sent, ring_echo_ok  tcp_after_confirm: ring bytes sent, echo exact (1/0)
+//   rdma_sent, ring_echo_ok  confirm_late, ring_holder: ring bytes sent, echo exact (1/0)
 //   leaked      rdma_read, atomic: bytes landed in our buffer (1/0)
 //   other_port, other_ok  other_rkey: the other connection's local port, and whether
 //               its echo was exact (1/0)
@@ -827,8 +828,8 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
         if (send_switch(0) != IBV_WC_SUCCESS)
             die("SWITCH");
         if (kase == "tcp_after_confirm") {
-            // Bytes after the CONFIRM on TCP are never the stream's: all later client
-            // bytes go to the ring.
+            // Bytes after the CONFIRM on TCP are never the stream's (all later client
+            // bytes go to the ring), and no FALLBACK frame: a reset.
             uint8_t b[sizeof confirm + 100];
             memcpy(b, confirm, sizeof confirm);
             memset(b + sizeof confirm, 0xEE, 100);
@@ -895,7 +896,9 @@ int run_client(const std::string &addr, int port, const std::string &kase, uint6
             st = qp.write(other.addr, other.rkey, 64, &imm);
             char go = 'g';
             (void)!write(to_holder, &go, 1);
-        } else if (kase == "tcp_after_confirm" || kase == "confirm_late" || kase == "ring_holder") {
+        } else if (kase == "tcp_after_confirm") {
+            st = IBV_WC_SUCCESS;  // (nothing on the ring: the TCP bytes alone must reset)
+        } else if (kase == "confirm_late" || kase == "ring_holder") {
             // An honest stream on the ring (bytes <= both rings: no credit needed), FIN,
             // and the victim's echo checked in our ring.
             bytes = std::min<uint64_t>(bytes, std::min<uint64_t>(vsize, qp.size));

@@ -33,7 +33,7 @@ BOOST_AUTO_TEST_CASE(round_trip_and_prefixes)
     neg::Fallback f;
     f.count = 0x0102030405060708ULL;
     f.start = (5ULL << 32) + 77;
-    f.flags = neg::kFbWrShut | neg::kFbResidueDropped;
+    f.flags = neg::kFbWrShut;
     const neg::Nonce n = nonce(3);
     uint8_t b[neg::kFallbackSize];
     neg::encode_fallback(f, n, b);
