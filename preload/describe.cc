@@ -34,7 +34,9 @@ Info capture(int fd, Socket &s) noexcept
 // hooked path).
 bool on_rdma(const Socket &s) noexcept
 {
-    return s.offloaded() && s.transport != nullptr && s.transport.load()->on_rdma();
+    // (A connection that fell back to TCP mid-stream keeps its calls' path: reported on TCP.)
+    return s.offloaded() && s.transport != nullptr && s.transport.load()->on_rdma() &&
+           s.reason.load(std::memory_order_relaxed) != Reason::fell_back;
 }
 
 Reason reason(const Socket &s, const Info &ci) noexcept

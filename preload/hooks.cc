@@ -1034,7 +1034,7 @@ int getsockopt(int fd, int level, int name, void *val, socklen_t *len) noexcept
     rdmasock_info info{};
     Reason r = s->reason.load(std::memory_order_relaxed);
     Transport &t = transport_of(*s);
-    bool rdma = s->offloaded() && t.on_rdma();
+    const bool rdma = describe::on_rdma(*s);
     info.transport = rdma ? RDMASOCK_RDMA : RDMASOCK_TCP;
     info.reason = static_cast<uint32_t>(rdma ? Reason::none : r);
     snprintf(info.reason_code, sizeof info.reason_code, "%s", reason_code(rdma ? Reason::none : r));

@@ -9,6 +9,7 @@
 #include "base/log.hh"
 #include "base/real.hh"
 #include "process/runtime.hh"
+#include "process/socket.hh"
 
 namespace rdmasock {
 
@@ -97,6 +98,9 @@ bool Conn::start_fallback_locked(const char *why) noexcept
     const uint64_t count = ring_.consumed() + ring_.avail();
     fb_.begin(count, start, ring_.produced(), st.shut_wr, sw_.nonce(),
               {ring_.staging(), ring_.staging_size()});
+    if (sock_ != nullptr)
+        sock_->reason.store(Reason::fell_back, std::memory_order_relaxed);
+    fell_back_.store(true, std::memory_order_relaxed);
     log::write(log::kInfo, "event=fallback fd=%d role=%s why=\"%s\" resend_bytes=%llu residue_bytes=%llu", shown_fd(),
                side_ == Side::client ? "client" : "server", why,
                static_cast<unsigned long long>(ring_.produced() - start),

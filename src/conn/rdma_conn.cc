@@ -578,7 +578,7 @@ void Conn::link_name(char *buf, size_t n) const noexcept
 const char *Conn::phase_name() const noexcept
 {
     static const char *const kPhases[] = {"maybe", "verifying", "rdma", "tcp"};
-    return kPhases[static_cast<int>(phase())];
+    return fell_back_.load(std::memory_order_relaxed) ? "tcp" : kPhases[static_cast<int>(phase())];
 }
 
 }  // namespace rdmasock

@@ -515,6 +515,9 @@ private:
     bool local_failure_ = false;
     bool awaiting_ = false;
     Clock::time_point fb_until_{};  // no peer's frame by then: reset
+    // Fell back (fb_ active): reported as on TCP (reason fell_back, phase tcp), read
+    // without the lock by RDMASOCK_INFO, `rdmasock ss` and the close line.
+    std::atomic<bool> fell_back_{false};
 
     std::atomic<bool> coalescing_watched_{false};
     std::mutex watch_mu_;       // refresh_watch (a leaf lock)

@@ -243,6 +243,7 @@ struct Pair {
     double kill_ms = 0;         // when the hook killed a peer (now_ms clock)
     double server_exit_ms = 0;  // when the server exited
     double client_exit_ms = 0;
+    std::string server_log, client_log;  // the library's log files (set before `during`)
     std::string describe() const { return server.describe() + client.describe(); }
 };
 
@@ -275,6 +276,8 @@ Pair run_pair(const std::string &name, const Side &server, const Side &client, i
     }
     std::string port = first.substr(5);
     Proc cp(side_argv(client, "client", caddr, port), side_env(client, dir, "client"), dir / "client.err");
+    pr.server_log = peer_log_file(dir, "server");
+    pr.client_log = peer_log_file(dir, "client");
     if (during)
         during(sp, cp, pr);
     double deadline = t0 + timeout_ms;
@@ -447,13 +450,18 @@ std::string describe_stream(const Stream &e)
 
 // Every connection of the plan on RDMA at both ends, each having moved its bytes (the
 // server also its banner first).
-void expect_plan_rdma(const Pair &pr, const std::vector<Stream> &plan, const std::string &name, uint64_t banner = 0)
+// Every stream of the plan whole, on RDMA (or, with `tcp_reason`, on TCP for that reason:
+// a connection that left RDMA mid-stream).
+void expect_plan_rdma(const Pair &pr, const std::vector<Stream> &plan, const std::string &name, uint64_t banner = 0,
+                      const std::string &tcp_reason = "")
 {
+    const std::string t = tcp_reason.empty() ? "rdma" : "tcp";
+    const std::set<std::string> why = tcp_reason.empty() ? std::set<std::string>{} : std::set<std::string>{tcp_reason};
     for (size_t i = 0; i < plan.size(); ++i) {
         const Stream &e = plan[i];
         std::string what = name + " [" + describe_stream(e) + (banner ? ", banner " + std::to_string(banner) : "") + "]";
-        expect_rdma(pr.client, i, static_cast<int64_t>(e.c2s), static_cast<int64_t>(e.s2c + banner), what);
-        expect_rdma(pr.server, i, static_cast<int64_t>(e.s2c + banner), static_cast<int64_t>(e.c2s), what);
+        expect_conn(pr.client, i, t, why, static_cast<int64_t>(e.c2s), static_cast<int64_t>(e.s2c + banner), what);
+        expect_conn(pr.server, i, t, why, static_cast<int64_t>(e.s2c + banner), static_cast<int64_t>(e.c2s), what);
     }
 }
 
@@ -461,7 +469,8 @@ void expect_plan_rdma(const Pair &pr, const std::vector<Stream> &plan, const std
 // first bytes go out on TCP before the switch and arrive as the PREFIX: that path is
 // what write_both_directions and the banner cases test).
 Pair run_streams(const std::string &name, const std::vector<Stream> &plan, Side s = {}, Side c = {},
-                 bool wait_decided = true, const std::function<void(Proc &, Proc &, Pair &)> &during = {})
+                 bool wait_decided = true, const std::function<void(Proc &, Proc &, Pair &)> &during = {},
+                 const std::string &tcp_reason = "")
 {
     // --stall-ms: a blocking call without progress for 10 s fails (a lost wake-up)
     // rather than hanging the run.
@@ -474,7 +483,7 @@ Pair run_streams(const std::string &name, const std::vector<Stream> &plan, Side 
     Pair pr = run_pair(name, s, c, 150000, during);
     expect_clean_exit(pr.server, name);
     expect_clean_exit(pr.client, name);
-    expect_plan_rdma(pr, plan, name);
+    expect_plan_rdma(pr, plan, name, 0, tcp_reason);
     for (size_t i = 0; i < plan.size(); ++i) {
         const Stream &e = plan[i];
         std::string what = name + " [" + describe_stream(e) + "]";
@@ -1249,24 +1258,38 @@ std::string netdev_of(const std::string &addr)
 // stream both ways (issue 17, point 4).  soft-RoCE fails the queue pairs at once (a
 // send on a link that is down); the connection falls back to its TCP socket, which
 // goes on between local addresses: every byte arrives once and in order, both
-// programs end cleanly, and the log of each says why it left RDMA.
-void midstream_link_down(int down_s)
+// programs end cleanly, and the log of each says why it left RDMA; RDMASOCK_INFO and the
+// close line of each say transport=tcp reason=fell_back (phase tcp).  `async`: in the
+// default mode (RDMASOCK_CONNECT_WAIT=0: connect() returns before the switch, the first
+// bytes go over TCP), where the suite's other cases have connect() wait.
+void midstream_link_down(int down_s, bool async = false)
 {
-    const std::string name = "midstream/link_down_" + std::to_string(down_s) + "s";
+    const std::string name = "midstream/link_down_" + std::to_string(down_s) + "s" + (async ? "_default" : "");
     const std::string dev = netdev_of(cfg.addr);
     BOOST_REQUIRE_MESSAGE(!dev.empty(), name << ": no interface holds " << cfg.addr);
     const std::vector<Stream> plan = {{256u << 20, 256u << 20, "write", true}};
     double down_at = 0, up_at = 0;
     std::string ip_out;
     int down_rc = -1, up_rc = -1;
-    Pair pr = run_streams(name, plan, {}, {}, true, [&](Proc &, Proc &, Pair &) {
-        usleep(1500 * 1000);  // (connected, switched, and well into the stream)
+    Side srv, cli;
+    if (async) {
+        srv.env = {{"RDMASOCK_CONNECT_WAIT", "0"}};
+        cli.env = {{"RDMASOCK_CONNECT_WAIT", "0"}};
+    }
+    bool switched = !async;
+    Pair pr = run_streams(name, plan, srv, cli, true, [&](Proc &, Proc &, Pair &p) {
+        // (Connected, switched, and well into the stream.  In the default mode the switch
+        // comes when it comes, after the first bytes went over TCP: both ends' event=switch.)
+        for (double until = now_ms() + 30000; !switched && now_ms() < until; usleep(50 * 1000))
+            switched = read_file(p.server_log).find("event=switch ") != std::string::npos &&
+                       read_file(p.client_log).find("event=switch ") != std::string::npos;
+        usleep((async ? 500 : 1500) * 1000);
         down_at = now_ms();
         down_rc = run_quiet({"ip", "link", "set", dev, "down"}, 10000, &ip_out);
         usleep(static_cast<useconds_t>(down_s) * 1000 * 1000);
         up_rc = run_quiet({"ip", "link", "set", dev, "up"}, 10000, &ip_out);
         up_at = now_ms();
-    });
+    }, "fell_back");
     // Up again, whatever happened.  (Each case runs in a VM of its own: after a link flap
     // with connections on it, Debian 12's rdma_rxe (6.1) carries no rdma_cm connection any
     // more (rping gets no answer 45 s later; after a flap without traffic it answers 0.8 s
@@ -1276,6 +1299,7 @@ void midstream_link_down(int down_s)
     if (up_rc != 0)
         run_quiet({"ip", "link", "set", dev, "up"}, 10000, &ip_out);
     BOOST_CHECK_MESSAGE(down_rc == 0 && up_rc == 0, name << ": ip link set " << dev << " failed: " << ip_out);
+    BOOST_CHECK_MESSAGE(switched, name << ": the connection did not switch to RDMA within 30 s");
     size_t fell_back = 0;
     std::string why;
     for (const PeerRun *p : {&pr.client, &pr.server})
@@ -3652,6 +3676,7 @@ bool init_tests()
         auto *mid = BOOST_TEST_SUITE("midstream");
         add(mid, "link_down_3s", [] { midstream_link_down(3); });
         add(mid, "link_down_15s", [] { midstream_link_down(15); });
+        add(mid, "link_down_3s_default", [] { midstream_link_down(3, true); });
         master.add(mid);
     }
 
