@@ -192,6 +192,50 @@ void Conn::server_established() noexcept
 void Conn::abandon_rdma() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
+    abandon_locked("the RDMA path failed");
+}
+
+std::shared_ptr<rdma::CmId> Conn::on_device_removal() noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (link_.dead())
+        return nullptr;  // (a fork child's copy: the parent's)
+    RS_DEBUG("connection fd=%d: its RDMA device is being removed", shown_fd());
+    local_failure_ = true;
+    const char *why = "the RDMA device was removed";
+    if (sw_.phase() != Phase::rdma) {
+        abandon_locked(why);  // (a server being verified stays on TCP)
+    } else if (!ring_.st.peer_closed && !ring_.st.broken() && !fb_.active()) {
+        // (Also while awaiting the peer's frame: the cause is this side's now.)  After
+        // the peer's close nothing more goes to it over RDMA: what is in the ring stays
+        // readable, then EOF.
+        poll_cq_locked();  // (what arrived first counts)
+        if (!fb_.active() && !ring_.st.broken() && !start_fallback_locked(why))
+            fail_and_abort_locked("the RDMA device was removed, and the connection cannot fall back to TCP");
+    }
+    ring_.deregister();
+    cq_ready_ = false;
+    std::shared_ptr<rdma::CmId> id = link_.release_device();
+    update_shadows_locked(true);
+    sh_.wake();
+    cv_.notify_all();
+    return id;
+}
+
+bool Conn::on_device(const ibv_context *ctx) const noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (link_.dead())
+        return false;
+    const rdma::CmId *id = link_.cm_id();
+    if (id != nullptr && id->get() != nullptr && id->get()->verbs == ctx)
+        return true;
+    const std::shared_ptr<rdma::Pd> &pd = link_.pd();
+    return pd && pd->context() && pd->context()->get() == ctx;
+}
+
+void Conn::abandon_locked(const char *why) noexcept
+{
     Phase p = sw_.phase();
     if (p == Phase::verifying && side_ == Side::server) {
         // Whatever arrived before the end counts: a SWITCH that completed at the client
@@ -212,7 +256,7 @@ void Conn::abandon_rdma() noexcept
         poll_cq_locked();
         if (fb_.active() || awaiting_ || ring_.st.broken())
             return;
-        const bool ok = local_failure_ ? start_fallback_locked("the RDMA path failed") : await_peer_fallback_locked();
+        const bool ok = local_failure_ ? start_fallback_locked(why) : await_peer_fallback_locked();
         if (!ok && !ring_.st.peer_fin) {
             ring_.st.reset = true;
             update_shadows_locked(true);

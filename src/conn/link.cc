@@ -74,7 +74,7 @@ int Link::post_write(uint64_t remote_addr, uint32_t rkey, const void *src, uint3
     sge.addr = reinterpret_cast<uint64_t>(src);
     sge.length = len;
     sge.lkey = lkey;
-    if (dead_)
+    if (dead_ || !qp_)
         return -EPIPE;
     ibv_send_wr wr{}, *bad = nullptr;
     wr.wr_id = wr_posted_ + 1;
@@ -100,7 +100,7 @@ int Link::post_write(uint64_t remote_addr, uint32_t rkey, const void *src, uint3
 
 int Link::post_recvs(unsigned n) noexcept
 {
-    if (dead_)
+    if (dead_ || !qp_)
         return -1;
     for (unsigned i = 0; i < n; ++i) {
         ibv_recv_wr wr{}, *bad = nullptr;

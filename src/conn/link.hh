@@ -49,14 +49,25 @@ public:
     // The queue pair, queues and id go (the protection domain stays until the end: the
     // rings registered on it are freed first).
     void release_queues() noexcept;
+    // The device is being removed: every verbs object goes now (the protection domain
+    // once the rings' registrations on it are gone: RingPath::deregister), the id is
+    // handed back to be destroyed.  From then on posting fails and polling, arming and
+    // acknowledging do nothing.
+    std::shared_ptr<rdma::CmId> release_device() noexcept
+    {
+        std::shared_ptr<rdma::CmId> id = std::move(id_);
+        release_queues();
+        pd_.reset();
+        return id;
+    }
 
     // A completion queue to poll (and not a fork child's copy of the parent's).
     bool usable() const noexcept { return cq_ != nullptr && !dead_; }
     bool has_cq() const noexcept { return cq_ != nullptr && !dead_; }
     int comp_fd() const noexcept { return chan_ ? chan_->fd() : -1; }
-    int arm() noexcept { return cq_->arm(); }
+    int arm() noexcept { return cq_ ? cq_->arm() : -1; }
     // Acknowledge the channel's pending events (-1 when there was none).
-    int ack_event() noexcept { return cq_->ack_event(); }
+    int ack_event() noexcept { return cq_ ? cq_->ack_event() : -1; }
     void ack_events() noexcept
     {
         while (cq_ && cq_->ack_event() >= 0) {
@@ -108,7 +119,7 @@ public:
     void poll(OnImm on_imm, OnError on_error) noexcept
     {
         ibv_wc wc[32];
-        for (;;) {
+        for (; cq_;) {
             int n = ibv_poll_cq(cq_->get(), 32, wc);
             if (n <= 0)
                 break;

@@ -136,6 +136,14 @@ public:
     void server_established() noexcept;
     // The RDMA side is gone before the switch (reject, disconnect, error): tcp.
     void abandon_rdma() noexcept;
+    // Its device is being removed (RDMA_CM_EVENT_DEVICE_REMOVAL; the engine has stopped
+    // watching its completion channel): a cause of this side's, so a connection on RDMA
+    // falls back to TCP, one being verified stays on TCP; then every verbs object of the
+    // connection goes, the rings' memory kept.  Returns its id, to be destroyed once its
+    // events are acknowledged.
+    std::shared_ptr<rdma::CmId> on_device_removal() noexcept;
+    // Whether anything of the connection's (its id, its protection domain) is on `ctx`.
+    bool on_device(const ibv_context *ctx) const noexcept;
 
     Phase phase() const noexcept { return sw_.phase(); }
     // The connection behind a socket's transport (nullptr: kernel TCP).  The one place
@@ -400,6 +408,8 @@ private:
     // The queue pair failed (st.failed, no reset): fall back when the connection can;
     // true when it is falling back (or waits for the peer's frame).
     bool fallback_on_failure_locked() noexcept;
+    // abandon_rdma(); `why`: the log's reason, when this side falls back.
+    void abandon_locked(const char *why) noexcept;
     // The RDMA path ended by the peer's doing: nothing more is taken from it, and the
     // connection waits (RDMASOCK_PROBE_TIMEOUT_MS) for the peer's frame, which starts
     // our side's fallback; none, and it is reset.  False when it cannot wait so.

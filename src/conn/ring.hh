@@ -71,6 +71,16 @@ public:
         rx_.release();
         tx_.release();
     }
+    // The device is being removed: the registrations go (frozen: nothing is posted any
+    // more), the memory stays for what a fallback still reads from it (the residue, the
+    // resend).
+    void deregister() noexcept
+    {
+        frozen_ = true;
+        rx_.mr.reset();
+        tx_.mr.reset();
+        spare_tx_.release();
+    }
 
     // A receive completion's immediate.
     Found take_imm(uint32_t imm) noexcept;

@@ -193,6 +193,8 @@ private:
     void loop() noexcept;
     void on_cm_events() noexcept;
     void handle(rdma_cm_event *ev) noexcept;
+    // RDMA_CM_EVENT_DEVICE_REMOVAL for an id on `ctx` (once its event is acknowledged).
+    void device_gone(ibv_context *ctx) noexcept;
     int timers() noexcept;  // returns the epoll timeout until the next deadline (-1: none)
     void reject(rdma_cm_id *id, Reason why) noexcept;
     // A parked request whose connection another process of the group recorded: on to it.

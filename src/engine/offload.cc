@@ -662,6 +662,7 @@ void Engine::handle(rdma_cm_event *ev) noexcept
     // only after the rdma_ack_cm_event below.
     std::shared_ptr<rdma::CmId> drop_after_ack;
     rdma_cm_id *destroy_after_ack = nullptr;
+    ibv_context *gone = nullptr;  // RDMA_CM_EVENT_DEVICE_REMOVAL: its device
     if (ev->event == RDMA_CM_EVENT_ROUTE_RESOLVED && client_route(ev, drop_after_ack)) {
         rdma_ack_cm_event(ev);
         return;
@@ -785,6 +786,9 @@ void Engine::handle(rdma_cm_event *ev) noexcept
                 rdma_disconnect(id);
             }
             break;
+        case RDMA_CM_EVENT_DEVICE_REMOVAL:
+            gone = id->verbs;
+            break;
         default:
             break;
         }
@@ -793,6 +797,120 @@ void Engine::handle(rdma_cm_event *ev) noexcept
     drop_after_ack.reset();
     if (destroy_after_ack != nullptr)
         rdma_destroy_id(destroy_after_ack);
+    if (gone != nullptr)
+        device_gone(gone);
+}
+
+// Every id on the device gets the event; the first one's does the work, the others find
+// nothing left.  The device's removal waits for the process (rxe cannot take the objects
+// away from it), so everything of ours on it goes now, the connections on it falling back
+// to TCP (docs/design/tcp-fallback.md, risk 4).
+void Engine::device_gone(ibv_context *ctx) noexcept
+{
+    std::vector<std::shared_ptr<rdma::CmId>> ids;  // destroyed last, outside the locks
+    std::vector<std::shared_ptr<Conn>> hit;
+    std::vector<SocketRef> socks;
+    fdt::for_each([&](int, const SocketRef &s) {
+        try {
+            socks.push_back(s);
+        } catch (...) {
+        }
+    });
+    auto on_ctx = [ctx](const std::shared_ptr<rdma::CmId> &id) {
+        return id && id->get() != nullptr && id->get()->verbs == ctx;
+    };
+    char name[64] = "?";
+    snprintf(name, sizeof name, "%s", ibv_get_device_name(ctx->device));
+    try {
+        std::lock_guard<std::mutex> lk(mu);
+        // Negotiations on it end (the connection stays on TCP: no_device).
+        std::vector<std::shared_ptr<Conn>> negotiating;
+        for (auto &kv : clients)
+            if (on_ctx(kv.second.id) || kv.second.conn->on_device(ctx))
+                negotiating.push_back(kv.second.conn);
+        for (auto &c : negotiating) {
+            std::shared_ptr<rdma::CmId> drop;
+            finish_client(c.get(), Reason::no_device, drop);
+            ids.push_back(std::move(drop));
+            hit.push_back(c);
+        }
+        for (auto &kv : conns)
+            hit.push_back(kv.second);
+        for (auto &g : graveyard)
+            hit.push_back(g.first);
+        for (auto &d : drains)
+            hit.push_back(d);
+        for (auto it = parked.begin(); it != parked.end();)
+            if (on_ctx(it->second.id)) {
+                ids.push_back(std::move(it->second.id));
+                it = parked.erase(it);
+            } else {
+                ++it;
+            }
+        for (auto it = claimed.begin(); it != claimed.end();)
+            if (on_ctx(it->second.id)) {
+                ids.push_back(std::move(it->second.id));
+                it = claimed.erase(it);
+            } else {
+                ++it;
+            }
+        // Listeners: destroyed in place (a listening socket holds its id too; each user
+        // of a listener's id takes mu).
+        for (auto it = listeners.begin(); it != listeners.end();)
+            if (on_ctx(it->second.id)) {
+                it->second.id->destroy_now();
+                it = listeners.erase(it);
+            } else {
+                ++it;
+            }
+        for (auto it = own.begin(); it != own.end();)
+            if (on_ctx(it->id)) {
+                it->id->destroy_now();
+                RS_REAL(close)(it->reserve_fd);
+                it = own.erase(it);
+            } else {
+                ++it;
+            }
+        for (auto it = lingering.begin(); it != lingering.end();)
+            if (on_ctx(it->id)) {
+                it->id->destroy_now();
+                it = lingering.erase(it);
+            } else {
+                ++it;
+            }
+        for (const SocketRef &s : socks)
+            if (s->listener && s->listener_pid == getpid()) {
+                auto id = std::static_pointer_cast<rdma::CmId>(s->listener);
+                if (on_ctx(id))
+                    id->destroy_now();
+            }
+    } catch (...) {
+    }
+    // Connections: the engine's, and the sockets' (a client's that stayed on TCP keeps
+    // its domain until its close).
+    for (const SocketRef &s : socks)
+        if (Transport *t = s->transport.load())
+            try {
+                hit.push_back(Conn::of(t)->self());
+            } catch (...) {
+            }
+    size_t fell = 0;
+    for (auto &c : hit) {
+        if (!c || !c->on_device(ctx))
+            continue;
+        unwatch_comp(*c);
+        const bool was_rdma = c->phase() == Conn::Phase::rdma;
+        ids.push_back(c->on_device_removal());
+        fell += was_rdma;
+    }
+    ids.clear();
+    hit.clear();
+    kits::forget(ctx);
+    for (const auto &d : devices_)
+        if (d->get() == ctx)
+            d->mark_gone();
+    rdma::renew_device_pin();
+    log::write(log::kInfo, "event=device_gone device=%s connections=%zu", name, fell);
 }
 
 unsigned long ring_bytes() noexcept { return rdmasock::ring_bytes(rt::config().ring_kb); }

@@ -38,6 +38,12 @@ constexpr int kBuilderNice = 10;  // added to the nice value of the thread that 
 // Completion channels made ahead on the program's threads (prepare_channels), for the
 // kits built later on the builder or the progress thread.  Leaked like g_reserve.
 std::vector<std::shared_ptr<rdma::CompChannel>> *g_channels = new std::vector<std::shared_ptr<rdma::CompChannel>>();
+// Devices being removed (forget): no kit is kept for them.  Leaked like g_reserve.
+std::vector<ibv_context *> *g_gone = new std::vector<ibv_context *>();
+bool gone_locked(ibv_context *ctx) noexcept
+{
+    return g_gone != nullptr && std::find(g_gone->begin(), g_gone->end(), ctx) != g_gone->end();
+}
 constexpr size_t kChannelsMin = 2;  // kept at least (a reserve kit and a kit built on the spot)
 constexpr size_t kChannelsMax = 8;  // per device: connections set up in a burst add two each up to this
 
@@ -216,7 +222,13 @@ void refill(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe) n
         k.tx.release();
         return;
     }
-    std::lock_guard<std::mutex> lk(g_mu);
+    std::unique_lock<std::mutex> lk(g_mu);
+    if (gone_locked(k.ctx)) {
+        lk.unlock();  // (its device is going: freed here, outside the lock)
+        k.rx.release();
+        k.tx.release();
+        return;
+    }
     try {
         if (g_reserve != nullptr)
             g_reserve->push_back(std::move(k));
@@ -291,8 +303,48 @@ bool take_from_builder(ibv_context *ctx, unsigned log2, Kit &out) noexcept
 }
 }  // namespace
 
+void forget(ibv_context *ctx) noexcept
+{
+    std::vector<Kit> kits;
+    std::vector<std::shared_ptr<rdma::CompChannel>> channels;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        try {
+            if (g_gone != nullptr && !gone_locked(ctx))
+                g_gone->push_back(ctx);
+            if (g_reserve != nullptr)
+                for (auto it = g_reserve->begin(); it != g_reserve->end();)
+                    if (it->ctx == ctx) {
+                        kits.push_back(std::move(*it));
+                        it = g_reserve->erase(it);
+                    } else {
+                        ++it;
+                    }
+            if (g_channels != nullptr)
+                for (auto it = g_channels->begin(); it != g_channels->end();)
+                    if ((*it)->context()->get() == ctx) {
+                        channels.push_back(std::move(*it));
+                        it = g_channels->erase(it);
+                    } else {
+                        ++it;
+                    }
+        } catch (...) {
+        }
+    }
+    for (Kit &k : kits) {  // (outside the lock: deregistrations)
+        k.rx.release();
+        k.tx.release();
+    }
+}
+
 Reason obtain(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe, Kit &out) noexcept
 {
+    {
+        // A connection on this context: its device is there (again, at that address).
+        std::lock_guard<std::mutex> lk(g_mu);
+        if (g_gone != nullptr)
+            g_gone->erase(std::remove(g_gone->begin(), g_gone->end(), ctx->get()), g_gone->end());
+    }
     const auto t0 = std::chrono::steady_clock::now();
     auto us = [t0] {
         return static_cast<long>(
@@ -322,6 +374,7 @@ void after_fork_child() noexcept
     // without memory for a new list there is simply no reserve in this process.
     g_reserve = new (std::nothrow) std::vector<Kit>();
     g_channels = new (std::nothrow) std::vector<std::shared_ptr<rdma::CompChannel>>();
+    g_gone = new (std::nothrow) std::vector<ibv_context *>();
 }
 
 }  // namespace rdmasock::kits

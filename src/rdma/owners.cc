@@ -79,13 +79,16 @@ struct DevicePin {
     }
 };
 
+// Never destroyed: borrowed contexts may outlive static destruction at exit.
+std::mutex *g_pin_mu = new (std::nothrow) std::mutex;
+std::weak_ptr<DevicePin> *g_pin = new (std::nothrow) std::weak_ptr<DevicePin>;
+
 // ctx null: a new pin on every device (the engine's, at its start: in a fork child the
 // current one may be the parent's, on its copy of rdma-core).
 std::shared_ptr<DevicePin> pin_devices(ibv_context *ctx) noexcept
 {
-    // Never destroyed: borrowed contexts may outlive static destruction at exit.
-    static std::mutex *mu = new (std::nothrow) std::mutex;
-    static std::weak_ptr<DevicePin> *current = new (std::nothrow) std::weak_ptr<DevicePin>;
+    std::mutex *mu = g_pin_mu;
+    std::weak_ptr<DevicePin> *current = g_pin;
     if (mu == nullptr || current == nullptr)
         return nullptr;
     std::lock_guard<std::mutex> lock(*mu);
@@ -102,6 +105,30 @@ std::shared_ptr<DevicePin> pin_devices(ibv_context *ctx) noexcept
     *current = pin;
     return pin;
 }
+
+}  // namespace
+
+void renew_device_pin() noexcept
+{
+    if (g_pin_mu == nullptr || g_pin == nullptr)
+        return;
+    std::lock_guard<std::mutex> lock(*g_pin_mu);
+    // (Taken before the old list is freed: the devices still there are never left
+    // without a reference.  With no device left librdmacm lists none and marks none:
+    // the removed one's context then stays open until the process ends, rdma-core 44.)
+    ibv_context **fresh = rdma_get_devices(nullptr);
+    std::shared_ptr<DevicePin> pin = g_pin->lock();
+    if (!pin) {
+        if (fresh != nullptr)
+            rdma_free_devices(fresh);
+        return;
+    }
+    if (pin->list != nullptr)
+        rdma_free_devices(pin->list);
+    pin->list = fresh;  // (the same pin: every Context borrowed under it keeps it)
+}
+
+namespace {
 
 // A "Name:   1234 kB" field of /proc/self/status, in bytes; -1 if absent.
 long long status_kb_field(const char *buf, const char *name) noexcept
@@ -280,6 +307,10 @@ std::shared_ptr<Pd> Pd::create(std::shared_ptr<Context> ctx, int *err) noexcept
         set_err(err, EINVAL);
         return nullptr;
     }
+    if (ctx->gone()) {
+        set_err(err, ENODEV);
+        return nullptr;
+    }
     Pd *p = new (std::nothrow) Pd;
     if (p == nullptr) {
         set_err(err, ENOMEM);
@@ -311,6 +342,10 @@ std::shared_ptr<CompChannel> CompChannel::create(std::shared_ptr<Context> ctx,
 {
     if (!ctx) {
         set_err(err, EINVAL);
+        return nullptr;
+    }
+    if (ctx->gone()) {
+        set_err(err, ENODEV);
         return nullptr;
     }
     CompChannel *c = new (std::nothrow) CompChannel;
@@ -572,15 +607,17 @@ std::shared_ptr<CmId> CmId::adopt(rdma_cm_id *id, std::shared_ptr<CmChannel> cha
     }
 }
 
-CmId::~CmId()
+CmId::~CmId() { destroy_now(); }
+
+void CmId::destroy_now() noexcept
 {
-    if (inherited())
+    if (inherited() || id_ == nullptr)
         return;
-    if (id_ == nullptr)
-        return;
-    if (id_->qp != nullptr)
-        rdma_destroy_qp(id_);
-    rdma_destroy_id(id_);
+    rdma_cm_id *id = id_;
+    id_ = nullptr;
+    if (id->qp != nullptr)
+        rdma_destroy_qp(id);
+    rdma_destroy_id(id);
 }
 
 std::shared_ptr<Context> CmId::context() noexcept

@@ -77,12 +77,25 @@ public:
     ibv_context *get() const noexcept { return ctx_; }
     bool owned() const noexcept { return owned_; }
 
+    // The device is being removed: nothing new is made on this context (CompChannel,
+    // Pd), which librdmacm closes once the last object on it is gone.
+    void mark_gone() noexcept { gone_.store(true, std::memory_order_relaxed); }
+    bool gone() const noexcept { return gone_.load(std::memory_order_relaxed); }
+
 private:
     Context() = default;
     ibv_context *ctx_ = nullptr;
     bool owned_ = false;
+    std::atomic<bool> gone_{false};
     std::shared_ptr<void> keeper_;
 };
+
+// A device went (RDMA_CM_EVENT_DEVICE_REMOVAL), and every object of ours on it is gone:
+// the references librdmacm's device list held for the borrowed contexts are dropped, and
+// a new list is taken.  That lists the devices still there (librdmacm then marks the
+// removed one, and closes its context once its last id is destroyed).  Contexts borrowed
+// before stay valid for the devices still there, which the new list holds.
+void renew_device_pin() noexcept;
 
 // A protection domain (ibv_alloc_pd / ibv_dealloc_pd).
 class Pd : Owner {
@@ -231,6 +244,10 @@ public:
     static std::shared_ptr<CmId> adopt(rdma_cm_id *id, std::shared_ptr<CmChannel> channel,
                                        int *err = nullptr) noexcept;
     ~CmId();
+    // The id goes now (its device is being removed), whoever else holds this object:
+    // get() is null from here.  Only where every user of get() is serialised with the
+    // caller (the engine's lock), and after the id's events are acknowledged.
+    void destroy_now() noexcept;
 
     rdma_cm_id *get() const noexcept { return id_; }
     const std::shared_ptr<CmChannel> &channel() const noexcept { return ch_; }

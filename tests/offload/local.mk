@@ -48,7 +48,7 @@ CLEANFILES += tests/offload/empty_preload.so
 # inside.  Fails on any failure or skip; the last line is "N passed, N failed".  Then
 # the midstream cases, each in a VM of its own (a link flap leaves soft-RoCE without
 # rdma_cm connections for the rest of the VM's life).
-MIDSTREAM_CASES = link_down_3s link_down_15s link_down_3s_default
+MIDSTREAM_CASES = link_down_3s link_down_15s link_down_3s_default device_removal
 check-offload: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la librdmasock_engine.la
 	$(top_srcdir)/tests/vm/run --nordma-ns --timeout 900 -- $(SHELL) \
 	  $(abs_top_srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/offload_tests

@@ -1317,6 +1317,86 @@ void midstream_link_down(int down_s, bool async = false)
          (c != nullptr ? field(*c, "data_ms") : std::string("?")) + " ms; fallback lines:" + why);
 }
 
+// The RDMA device (rdma link show: "link DEV/PORT ... netdev NETDEV") over `netdev`, or "".
+std::string rdma_dev_of(const std::string &netdev)
+{
+    std::string out;
+    if (run_quiet({"rdma", "link", "show"}, 10000, &out) != 0)
+        return "";
+    for (const std::string &l : split_lines(out)) {
+        const size_t nd = l.find(" netdev " + netdev);
+        if (l.rfind("link ", 0) != 0 || nd == std::string::npos ||
+            (nd + 8 + netdev.size() < l.size() && l[nd + 8 + netdev.size()] != ' '))
+            continue;
+        return l.substr(5, l.find('/') - 5);
+    }
+    return "";
+}
+
+// `rdma link delete` of the device under a connection in the middle of a stream both
+// ways, each side blocked in its reads and writes (issue 17, point 4).  soft-RoCE cannot
+// take the verbs objects away from a process: the removal waits until the process has
+// released every one on the device.  It must return while the programs still run (the
+// library releases them at RDMA_CM_EVENT_DEVICE_REMOVAL), the connection must fall back to
+// TCP with every byte, each end say so, and a new connection must stay on TCP with a
+// reason.  (Only with TEST_OFFLOAD_MIDSTREAM=1, in a VM of its own: the device is gone.)
+void device_removal()
+{
+    const std::string name = "midstream/device_removal";
+    const std::string netdev = netdev_of(cfg.addr);
+    const std::string dev = rdma_dev_of(netdev);
+    BOOST_REQUIRE_MESSAGE(!dev.empty(), name << ": no RDMA device over " << netdev << " (" << cfg.addr << ")");
+    const std::vector<Stream> plan = {{256u << 20, 256u << 20, "write", true}};
+    double del_at = 0, del_done = 0;
+    std::string out;
+    int rc = -1;
+    bool switched = false, alive = false;
+    Pair pr = run_streams(name, plan, {}, {}, true, [&](Proc &sp, Proc &cp, Pair &p) {
+        for (double until = now_ms() + 30000; !switched && now_ms() < until; usleep(50 * 1000))
+            switched = read_file(p.server_log).find("event=switch ") != std::string::npos &&
+                       read_file(p.client_log).find("event=switch ") != std::string::npos;
+        usleep(500 * 1000);
+        del_at = now_ms();
+        rc = run_quiet({"rdma", "link", "delete", dev}, 30000, &out);
+        del_done = now_ms();
+        alive = !sp.wait(0) && !cp.wait(0);  // (both still running as it returned)
+    }, "fell_back");
+    BOOST_CHECK_MESSAGE(switched, name << ": the connection did not switch to RDMA within 30 s");
+    BOOST_CHECK_MESSAGE(rc == 0, name << ": rdma link delete " << dev << " failed (" << rc << "): " << out);
+    // Returned while both programs still ran: it did not wait for their exit.  (Without
+    // the release it returned as they exited.)
+    BOOST_CHECK_MESSAGE(alive,
+                        name << ": rdma link delete returned " << static_cast<long>(del_done - del_at)
+                             << " ms after it started, after a program's exit (client "
+                             << static_cast<long>(pr.client_exit_ms - del_at) << " ms, server "
+                             << static_cast<long>(pr.server_exit_ms - del_at) << " ms)");
+    // Each end fell back: for the removal, or for the peer's frame when that came first.
+    int for_removal = 0;
+    for (const PeerRun *p : {&pr.client, &pr.server}) {
+        BOOST_CHECK_MESSAGE(p->log.find("event=device_gone device=" + dev + " connections=1") != std::string::npos,
+                            name << ": " << p->role << ": no event=device_gone line for its connection\n" << p->log);
+        BOOST_CHECK_MESSAGE(p->log.find("event=fallback ") != std::string::npos,
+                            name << ": " << p->role << ": no event=fallback line\n" << p->log);
+        for_removal += p->log.find("why=\"the RDMA device was removed\"") != std::string::npos;
+    }
+    BOOST_CHECK_MESSAGE(for_removal >= 1, name << ": no end fell back for the device's removal\n"
+                                               << pr.describe());
+    // A new connection: on TCP, with a reason (the address has no RDMA device now).
+    Side s, c;
+    const std::string small = "1000:1000:write:seq";
+    s.args = {"--plan", small};
+    c.args = {"--plan", small};
+    Pair after = run_pair(name + " (after)", s, c);
+    expect_clean_exit(after.server, name);
+    expect_clean_exit(after.client, name);
+    expect_conn(after.client, 0, "tcp", {"not_rdma_addr", "no_route", "no_device"}, 1000, 1000, name + " (after)");
+    note(name + ": rdma link delete " + dev + " took " + std::to_string(static_cast<long>(del_done - del_at)) +
+         " ms, from " + std::to_string(static_cast<long>(del_at - pr.t0_ms)) + " ms; the programs ended " +
+         std::to_string(static_cast<long>(std::min(pr.client_exit_ms, pr.server_exit_ms) - del_done)) +
+         " ms after it; a new connection: " +
+         (after.client.conn(0) ? field(*after.client.conn(0), "reason") : std::string("?")));
+}
+
 void fallback_nordma_no_rxe()
 {
     if (!have_nordma())
@@ -3677,6 +3757,7 @@ bool init_tests()
         add(mid, "link_down_3s", [] { midstream_link_down(3); });
         add(mid, "link_down_15s", [] { midstream_link_down(15); });
         add(mid, "link_down_3s_default", [] { midstream_link_down(3, true); });
+        add(mid, "device_removal", device_removal);
         master.add(mid);
     }
 
