@@ -840,44 +840,29 @@ void Engine::device_gone(ibv_context *ctx) noexcept
             hit.push_back(g.first);
         for (auto &d : drains)
             hit.push_back(d);
-        for (auto it = parked.begin(); it != parked.end();)
-            if (on_ctx(it->second.id)) {
-                ids.push_back(std::move(it->second.id));
-                it = parked.erase(it);
-            } else {
-                ++it;
-            }
-        for (auto it = claimed.begin(); it != claimed.end();)
-            if (on_ctx(it->second.id)) {
-                ids.push_back(std::move(it->second.id));
-                it = claimed.erase(it);
-            } else {
-                ++it;
-            }
+        // Each entry of `v` whose id (id_of) is on the device: done(entry), then erased.
+        auto sweep = [&](auto &v, auto id_of, auto done) {
+            for (auto it = v.begin(); it != v.end();)
+                if (on_ctx(id_of(*it))) {
+                    done(*it);
+                    it = v.erase(it);
+                } else {
+                    ++it;
+                }
+        };
+        auto second_id = [](auto &kv) -> std::shared_ptr<rdma::CmId> & { return kv.second.id; };
+        auto keep_id = [&](auto &kv) { ids.push_back(std::move(kv.second.id)); };
+        sweep(parked, second_id, keep_id);
+        sweep(claimed, second_id, keep_id);
         // Listeners: destroyed in place (a listening socket holds its id too; each user
         // of a listener's id takes mu).
-        for (auto it = listeners.begin(); it != listeners.end();)
-            if (on_ctx(it->second.id)) {
-                it->second.id->destroy_now();
-                it = listeners.erase(it);
-            } else {
-                ++it;
-            }
-        for (auto it = own.begin(); it != own.end();)
-            if (on_ctx(it->id)) {
-                it->id->destroy_now();
-                RS_REAL(close)(it->reserve_fd);
-                it = own.erase(it);
-            } else {
-                ++it;
-            }
-        for (auto it = lingering.begin(); it != lingering.end();)
-            if (on_ctx(it->id)) {
-                it->id->destroy_now();
-                it = lingering.erase(it);
-            } else {
-                ++it;
-            }
+        sweep(listeners, second_id, [](auto &kv) { kv.second.id->destroy_now(); });
+        sweep(own, [](Own &o) -> std::shared_ptr<rdma::CmId> & { return o.id; }, [](Own &o) {
+            o.id->destroy_now();
+            RS_REAL(close)(o.reserve_fd);
+        });
+        sweep(lingering, [](Lingering &l) -> std::shared_ptr<rdma::CmId> & { return l.id; },
+              [](Lingering &l) { l.id->destroy_now(); });
         for (const SocketRef &s : socks)
             if (s->listener && s->listener_pid == getpid()) {
                 auto id = std::static_pointer_cast<rdma::CmId>(s->listener);
