@@ -388,12 +388,13 @@ void Conn::fail(const char *why) noexcept
 
 void Conn::on_completion_event() noexcept
 {
-    if (!link_.usable())
-        return;
-    link_.ack_events();
     bool unwatch = false;
     {
+        // (Under the lock: the device's removal may release the queue meanwhile.)
         std::lock_guard<std::mutex> lk(mu_);
+        if (!link_.usable())
+            return;
+        link_.ack_events();
         poll_cq_locked();
         link_.arm();
         poll_cq_locked();

@@ -203,7 +203,13 @@ std::shared_ptr<rdma::CmId> Conn::on_device_removal() noexcept
     RS_DEBUG("connection fd=%d: its RDMA device is being removed", shown_fd());
     local_failure_ = true;
     const char *why = "the RDMA device was removed";
-    if (sw_.phase() != Phase::rdma) {
+    if (side_ == Side::client && sw_.phase() == Phase::maybe && !closed_) {
+        // Established, waiting for the server's PROOF: what arrived counts (a PROOF_AT
+        // says where a PROOF stands in the stream, taken out, not delivered), then TCP.
+        poll_cq_locked();
+        if (sw_.phase() == Phase::maybe)
+            decide_tcp_locked(Reason::no_device);
+    } else if (sw_.phase() != Phase::rdma) {
         abandon_locked(why);  // (a server being verified stays on TCP)
     } else if (!ring_.st.peer_closed && !ring_.st.broken() && !fb_.active()) {
         // (Also while awaiting the peer's frame: the cause is this side's now.)  After

@@ -18,6 +18,7 @@ Link::~Link() { release_queues(); }
 
 void Link::release_queues() noexcept
 {
+    comp_fd_.store(-1, std::memory_order_relaxed);
     qp_.reset();
     cq_.reset();
     chan_.reset();
@@ -44,6 +45,7 @@ Reason Link::create(kits::Kit &kit) noexcept
     pd_ = std::move(kit.pd);
     chan_ = std::move(kit.chan);
     cq_ = std::move(kit.cq);
+    comp_fd_.store(chan_ ? chan_->fd() : -1, std::memory_order_relaxed);
     ibv_qp_init_attr attr{};
     attr.qp_type = IBV_QPT_RC;
     attr.sq_sig_all = 0;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -64,7 +65,9 @@ public:
     // A completion queue to poll (and not a fork child's copy of the parent's).
     bool usable() const noexcept { return cq_ != nullptr && !dead_; }
     bool has_cq() const noexcept { return cq_ != nullptr && !dead_; }
-    int comp_fd() const noexcept { return chan_ ? chan_->fd() : -1; }
+    // (Read without the connection's lock, by poll() and the engine's watch: a number,
+    // -1 once the channel is gone; a stale one only wakes a sleeper for nothing.)
+    int comp_fd() const noexcept { return comp_fd_.load(std::memory_order_relaxed); }
     int arm() noexcept { return cq_ ? cq_->arm() : -1; }
     // Acknowledge the channel's pending events (-1 when there was none).
     int ack_event() noexcept { return cq_ ? cq_->ack_event() : -1; }
@@ -82,6 +85,7 @@ public:
     void mark_dead() noexcept
     {
         dead_ = true;
+        comp_fd_.store(-1, std::memory_order_relaxed);
         qp_.reset();
         cq_.reset();
         chan_.reset();
@@ -149,6 +153,7 @@ private:
     std::shared_ptr<rdma::CompChannel> chan_;
     std::shared_ptr<rdma::Cq> cq_;
     std::shared_ptr<rdma::Qp> qp_;
+    std::atomic<int> comp_fd_{-1};
     uint32_t max_inline_ = 0;
     uint32_t sq_depth_ = 0;
     uint64_t wr_posted_ = 0;

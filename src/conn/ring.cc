@@ -153,7 +153,7 @@ ssize_t RingPath::send(const msghdr *msg, size_t skip, size_t n, bool hold) noex
 
 int RingPath::flush() noexcept
 {
-    if (st.failed || st.reset)
+    if (st.failed || st.reset || frozen_ || !tx_.mr)
         return -EPIPE;
     const uint64_t n = tx_prod_ - tx_posted_;
     if (n == 0)

@@ -855,20 +855,15 @@ void Engine::device_gone(ibv_context *ctx) noexcept
         sweep(parked, second_id, keep_id);
         sweep(claimed, second_id, keep_id);
         // Listeners: destroyed in place (a listening socket holds its id too; each user
-        // of a listener's id takes mu).
-        sweep(listeners, second_id, [](auto &kv) { kv.second.id->destroy_now(); });
+        // of a listener's id takes mu).  Every one of this process's is in `listeners`,
+        // own ports and lingering ones too: those first (on_ctx needs the id alive).
         sweep(own, [](Own &o) -> std::shared_ptr<rdma::CmId> & { return o.id; }, [](Own &o) {
             o.id->destroy_now();
             RS_REAL(close)(o.reserve_fd);
         });
         sweep(lingering, [](Lingering &l) -> std::shared_ptr<rdma::CmId> & { return l.id; },
               [](Lingering &l) { l.id->destroy_now(); });
-        for (const SocketRef &s : socks)
-            if (s->listener && s->listener_pid == getpid()) {
-                auto id = std::static_pointer_cast<rdma::CmId>(s->listener);
-                if (on_ctx(id))
-                    id->destroy_now();
-            }
+        sweep(listeners, second_id, [](auto &kv) { kv.second.id->destroy_now(); });
     } catch (...) {
     }
     // Connections: the engine's, and the sockets' (a client's that stayed on TCP keeps
@@ -890,10 +885,10 @@ void Engine::device_gone(ibv_context *ctx) noexcept
     }
     ids.clear();
     hit.clear();
-    kits::forget(ctx);
     for (const auto &d : devices_)
         if (d->get() == ctx)
-            d->mark_gone();
+            d->mark_gone();  // (first: a program's call may be preparing channels on it)
+    kits::forget(ctx);
     rdma::renew_device_pin();
     log::write(log::kInfo, "event=device_gone device=%s connections=%zu", name, fell);
 }

@@ -139,6 +139,8 @@ void prepare_channels(const std::shared_ptr<rdma::Context> &ctx) noexcept
         if (!c)
             return;
         std::lock_guard<std::mutex> lk(g_mu);
+        if (gone_locked(ctx->get()))
+            return;  // (its device went meanwhile: closed here, not kept)
         try {
             g_channels->push_back(std::move(c));
         } catch (...) {
@@ -308,7 +310,13 @@ void forget(ibv_context *ctx) noexcept
     std::vector<Kit> kits;
     std::vector<std::shared_ptr<rdma::CompChannel>> channels;
     {
-        std::lock_guard<std::mutex> lk(g_mu);
+        std::unique_lock<std::mutex> lk(g_mu);
+        // A builder at work on the device finishes first (its kit is then dropped): its
+        // objects are on the context librdmacm may close once this returns.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (g_building && g_building_ctx == ctx)
+            if (g_built.wait_until(lk, until) == std::cv_status::timeout)
+                break;
         try {
             if (g_gone != nullptr && !gone_locked(ctx))
                 g_gone->push_back(ctx);
@@ -339,12 +347,6 @@ void forget(ibv_context *ctx) noexcept
 
 Reason obtain(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe, Kit &out) noexcept
 {
-    {
-        // A connection on this context: its device is there (again, at that address).
-        std::lock_guard<std::mutex> lk(g_mu);
-        if (g_gone != nullptr)
-            g_gone->erase(std::remove(g_gone->begin(), g_gone->end(), ctx->get()), g_gone->end());
-    }
     const auto t0 = std::chrono::steady_clock::now();
     auto us = [t0] {
         return static_cast<long>(

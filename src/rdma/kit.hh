@@ -79,9 +79,9 @@ void refill(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe) n
 // The same on a short-lived thread of its own (signals blocked, low priority), so
 // neither the program nor the progress thread waits for it; at most one at a time.
 void refill_async(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe) noexcept;
-// The device of `ctx` is being removed: its reserve kits and channels go now, and a kit
-// the builder finishes for it later is dropped (until a connection is set up on a
-// device at that address again: obtain()).
+// The device of `ctx` is being removed: its reserve kits and channels go now (a builder
+// at work on it is waited for, up to 5 s), and none is kept for it afterwards (a device
+// that later comes at the same address gets its kits built on the spot).
 void forget(ibv_context *ctx) noexcept;
 // In a fork child: the reserve belongs to the parent; forget it without freeing.
 void after_fork_child() noexcept;

@@ -4,6 +4,7 @@
 #include "base/real.hh"
 #include "rdma/dl.hh"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -82,6 +83,9 @@ struct DevicePin {
 // Never destroyed: borrowed contexts may outlive static destruction at exit.
 std::mutex *g_pin_mu = new (std::nothrow) std::mutex;
 std::weak_ptr<DevicePin> *g_pin = new (std::nothrow) std::weak_ptr<DevicePin>;
+// Every pin made (the current one, and older ones still held by Contexts borrowed under
+// them): a device's removal renews each one's list.
+std::vector<std::weak_ptr<DevicePin>> *g_pins = new (std::nothrow) std::vector<std::weak_ptr<DevicePin>>();
 
 // ctx null: a new pin on every device (the engine's, at its start: in a fork child the
 // current one may be the parent's, on its copy of rdma-core).
@@ -103,6 +107,14 @@ std::shared_ptr<DevicePin> pin_devices(ibv_context *ctx) noexcept
     if (!pin || raw->list == nullptr || (ctx != nullptr && !pin->covers(ctx)))
         return nullptr;
     *current = pin;
+    if (g_pins != nullptr)
+        try {
+            g_pins->erase(std::remove_if(g_pins->begin(), g_pins->end(),
+                                         [](const std::weak_ptr<DevicePin> &w) { return w.expired(); }),
+                          g_pins->end());
+            g_pins->push_back(pin);
+        } catch (...) {
+        }
     return pin;
 }
 
@@ -110,22 +122,22 @@ std::shared_ptr<DevicePin> pin_devices(ibv_context *ctx) noexcept
 
 void renew_device_pin() noexcept
 {
-    if (g_pin_mu == nullptr || g_pin == nullptr)
+    if (g_pin_mu == nullptr || g_pins == nullptr)
         return;
     std::lock_guard<std::mutex> lock(*g_pin_mu);
-    // (Taken before the old list is freed: the devices still there are never left
-    // without a reference.  With no device left librdmacm lists none and marks none:
-    // the removed one's context then stays open until the process ends, rdma-core 44.)
-    ibv_context **fresh = rdma_get_devices(nullptr);
-    std::shared_ptr<DevicePin> pin = g_pin->lock();
-    if (!pin) {
-        if (fresh != nullptr)
-            rdma_free_devices(fresh);
-        return;
-    }
-    if (pin->list != nullptr)
-        rdma_free_devices(pin->list);
-    pin->list = fresh;  // (the same pin: every Context borrowed under it keeps it)
+    // (Each new list taken before the old one is freed: the devices still there are
+    // never left without a reference.  The first listing lets librdmacm mark the removed
+    // device; with no device left it lists none and marks none: the removed one's
+    // context then stays open until the process ends, rdma-core 44.)
+    if (ibv_context **l = rdma_get_devices(nullptr))
+        rdma_free_devices(l);
+    for (const std::weak_ptr<DevicePin> &w : *g_pins)
+        if (std::shared_ptr<DevicePin> pin = w.lock()) {
+            ibv_context **fresh = rdma_get_devices(nullptr);
+            if (pin->list != nullptr)
+                rdma_free_devices(pin->list);
+            pin->list = fresh;  // (the same pin: every Context borrowed under it keeps it)
+        }
 }
 
 namespace {
