@@ -330,10 +330,14 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
         if (deciding && (tmo < 0 || tmo > 50))
             tmo = 50;
         // Busy-poll mode: spin on the offloaded sockets (each poll_mask polls its
-        // completion queue) before sleeping.
-        if (!ready && tmo != 0 && rt::config().busy_poll_us > 0) {
-            auto end = Clock::now() + std::chrono::microseconds(rt::config().busy_poll_us);
-            while (!ready && Clock::now() < end) {
+        // completion queue) before sleeping; only when there is one (a poll of kernel
+        // descriptors alone, or of none as a sleep, gains nothing by spinning), and
+        // reading the clock once in 16 rounds (as waits::spin: where the clock source has
+        // no vDSO read, e.g. HPET, each reading is a system call).
+        const bool spin = std::any_of(map.begin(), map.end(), [](const Map &m) { return m.kind == 1; });
+        if (!ready && tmo != 0 && spin && rt::config().busy_poll_us > 0) {
+            const auto end = Clock::now() + std::chrono::microseconds(rt::config().busy_poll_us);
+            for (unsigned round = 1; !ready && (round % 16 != 0 || Clock::now() < end); ++round) {
                 for (nfds_t i = 0; i < nfds; ++i) {
                     if (map[i].kind != 1)
                         continue;

@@ -1830,10 +1830,15 @@ int sc_fork_storm(const Args &)
         const long ms = elapsed_ms(start);
         return forks < kForks && hung < 3 && ms < 25000 && (ms < 15000 || forks < kMinForks);
     };
+    double fork_ms = 0, reap_ms = 0;  // (stderr: where the time went)
     for (; more(); ++forks) {
+        timespec f0;
+        clock_gettime(CLOCK_MONOTONIC, &f0);
         pid_t pid = fork();
         if (pid < 0)
             fatal("fork");
+        if (pid > 0)
+            fork_ms += static_cast<double>(elapsed_ms(f0));
         if (pid == 0) {
             syscall(SYS_close_range, 3u, ~0u, 0);
             for (int sg = 1; sg < NSIG; ++sg)
@@ -1852,6 +1857,7 @@ int sc_fork_storm(const Args &)
             else
                 poll(nullptr, 0, 1);
         }
+        reap_ms += static_cast<double>(elapsed_ms(t0));
         if (!done) {
             ++hung;
             // Where it waits (stderr: the transcript shows the count): its system call,
@@ -1876,6 +1882,8 @@ int sc_fork_storm(const Args &)
     const int conns_during = conns.load() - conns_before;
     stop.store(true);
     churn.join();
+    fprintf(stderr, "fork-storm: %d forks in %ld ms: in fork() %.0f ms, then until reaped %.0f ms; %d connections\n",
+            forks, elapsed_ms(start), fork_ms, reap_ms, conns_during);
     out("forks, %d to %d: %s", kMinForks, kForks, forks >= kMinForks ? "yes" : std::to_string(forks).c_str());
     out("children still running %d ms after the fork: %d", kHangMs, hung);
     out("children that did not exit 0: %d", failed);
