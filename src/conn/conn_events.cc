@@ -511,7 +511,8 @@ void Conn::on_tcp_event(unsigned events) noexcept
 void Conn::start_grace_locked() noexcept
 {
     tcp_.grace_deadline = Clock::now() + std::chrono::milliseconds(rt::config().peer_grace_ms);
-    up_.timer_set(*this);
+    // (No wake-up needed: the TCP socket's end that starts it is an event of the progress
+    // thread's too, which then runs its timers.)
 }
 
 bool Conn::on_timer(Clock::time_point now) noexcept
