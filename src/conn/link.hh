@@ -123,7 +123,7 @@ public:
     void poll(OnImm on_imm, OnError on_error) noexcept
     {
         ibv_wc wc[32];
-        for (; cq_;) {
+        while (cq_) {
             int n = ibv_poll_cq(cq_->get(), 32, wc);
             if (n <= 0)
                 break;

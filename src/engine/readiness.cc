@@ -246,6 +246,7 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
     std::vector<pollfd> k;
     k.reserve(nfds * 2 + 1);
     bool any = false;
+    bool rdma = false;  // an offloaded socket on RDMA among them (kind 1)
     for (nfds_t i = 0; i < nfds; ++i) {
         SocketRef s = fds[i].fd >= 0 && fdt::offloaded(fds[i].fd) ? fdt::get(fds[i].fd) : SocketRef();
         Conn *c = conn_of(s);
@@ -264,7 +265,7 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
                 k.push_back({c->comp_fd(), POLLIN, 0});
             }
             map[i].count = k.size() - map[i].first;
-            any = true;
+            any = rdma = true;
         } else if (c) {
             // A server socket still deciding (maybe/verifying): the kernel's TCP
             // readiness for now, plus its eventfd, written when it switches to RDMA.
@@ -330,12 +331,11 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
         if (deciding && (tmo < 0 || tmo > 50))
             tmo = 50;
         // Busy-poll mode: spin on the offloaded sockets (each poll_mask polls its
-        // completion queue) before sleeping; only when there is one (a poll of kernel
-        // descriptors alone, or of none as a sleep, gains nothing by spinning), and
-        // reading the clock once in 16 rounds (as waits::spin: where the clock source has
-        // no vDSO read, e.g. HPET, each reading is a system call).
-        const bool spin = std::any_of(map.begin(), map.end(), [](const Map &m) { return m.kind == 1; });
-        if (!ready && tmo != 0 && spin && rt::config().busy_poll_us > 0) {
+        // completion queue) before sleeping; only when there is one (sockets still
+        // deciding have no queue to poll), and reading the clock once in 16 rounds (as
+        // waits::spin: where the clock source has no vDSO read, e.g. HPET, each reading is
+        // a system call).
+        if (!ready && tmo != 0 && rdma && rt::config().busy_poll_us > 0) {
             const auto end = Clock::now() + std::chrono::microseconds(rt::config().busy_poll_us);
             for (unsigned round = 1; !ready && (round % 16 != 0 || Clock::now() < end); ++round) {
                 for (nfds_t i = 0; i < nfds; ++i) {

@@ -224,13 +224,9 @@ void refill(const std::shared_ptr<rdma::Context> &ctx, unsigned log2, int cqe) n
         k.tx.release();
         return;
     }
-    std::unique_lock<std::mutex> lk(g_mu);
-    if (gone_locked(k.ctx)) {
-        lk.unlock();  // (its device is going: freed here, outside the lock)
-        k.rx.release();
-        k.tx.release();
-        return;
-    }
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (gone_locked(k.ctx))
+        return;  // (its device is going: `k` is freed as this returns, after the lock)
     try {
         if (g_reserve != nullptr)
             g_reserve->push_back(std::move(k));
@@ -307,8 +303,18 @@ bool take_from_builder(ibv_context *ctx, unsigned log2, Kit &out) noexcept
 
 void forget(ibv_context *ctx) noexcept
 {
+    // (Taken out, freed as this returns: outside the lock.)
     std::vector<Kit> kits;
     std::vector<std::shared_ptr<rdma::CompChannel>> channels;
+    auto take_if = [](auto &from, auto &to, auto pred) {
+        for (auto it = from.begin(); it != from.end();)
+            if (pred(*it)) {
+                to.push_back(std::move(*it));
+                it = from.erase(it);
+            } else {
+                ++it;
+            }
+    };
     {
         std::unique_lock<std::mutex> lk(g_mu);
         // A builder at work on the device finishes first (its kit is then dropped): its
@@ -321,27 +327,12 @@ void forget(ibv_context *ctx) noexcept
             if (g_gone != nullptr && !gone_locked(ctx))
                 g_gone->push_back(ctx);
             if (g_reserve != nullptr)
-                for (auto it = g_reserve->begin(); it != g_reserve->end();)
-                    if (it->ctx == ctx) {
-                        kits.push_back(std::move(*it));
-                        it = g_reserve->erase(it);
-                    } else {
-                        ++it;
-                    }
+                take_if(*g_reserve, kits, [ctx](const Kit &k) { return k.ctx == ctx; });
             if (g_channels != nullptr)
-                for (auto it = g_channels->begin(); it != g_channels->end();)
-                    if ((*it)->context()->get() == ctx) {
-                        channels.push_back(std::move(*it));
-                        it = g_channels->erase(it);
-                    } else {
-                        ++it;
-                    }
+                take_if(*g_channels, channels,
+                        [ctx](const std::shared_ptr<rdma::CompChannel> &c) { return c->context()->get() == ctx; });
         } catch (...) {
         }
-    }
-    for (Kit &k : kits) {  // (outside the lock: deregistrations)
-        k.rx.release();
-        k.tx.release();
     }
 }
 

@@ -91,12 +91,10 @@ std::vector<std::weak_ptr<DevicePin>> *g_pins = new (std::nothrow) std::vector<s
 // current one may be the parent's, on its copy of rdma-core).
 std::shared_ptr<DevicePin> pin_devices(ibv_context *ctx) noexcept
 {
-    std::mutex *mu = g_pin_mu;
-    std::weak_ptr<DevicePin> *current = g_pin;
-    if (mu == nullptr || current == nullptr)
+    if (g_pin_mu == nullptr || g_pin == nullptr)
         return nullptr;
-    std::lock_guard<std::mutex> lock(*mu);
-    std::shared_ptr<DevicePin> pin = current->lock();
+    std::lock_guard<std::mutex> lock(*g_pin_mu);
+    std::shared_ptr<DevicePin> pin = g_pin->lock();
     if (pin && ctx != nullptr && pin->covers(ctx))
         return pin;
     DevicePin *raw = new (std::nothrow) DevicePin;
@@ -106,7 +104,7 @@ std::shared_ptr<DevicePin> pin_devices(ibv_context *ctx) noexcept
     pin = share(raw, nullptr);
     if (!pin || raw->list == nullptr || (ctx != nullptr && !pin->covers(ctx)))
         return nullptr;
-    *current = pin;
+    *g_pin = pin;
     if (g_pins != nullptr)
         try {
             g_pins->erase(std::remove_if(g_pins->begin(), g_pins->end(),

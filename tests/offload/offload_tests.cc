@@ -1254,6 +1254,17 @@ std::string netdev_of(const std::string &addr)
     return name;
 }
 
+// Wait (up to 30 s) until both ends of `p` logged event=switch: in the default mode the
+// switch comes when it comes, after the first bytes went over TCP.
+bool wait_both_switched(const Pair &p)
+{
+    for (double until = now_ms() + 30000; now_ms() < until; usleep(50 * 1000))
+        if (read_file(p.server_log).find("event=switch ") != std::string::npos &&
+            read_file(p.client_log).find("event=switch ") != std::string::npos)
+            return true;
+    return false;
+}
+
 // The link under the RDMA device goes down for `down_s` seconds in the middle of a
 // stream both ways (issue 17, point 4).  soft-RoCE fails the queue pairs at once (a
 // send on a link that is down); the connection falls back to its TCP socket, which
@@ -1278,11 +1289,8 @@ void midstream_link_down(int down_s, bool async = false)
     }
     bool switched = !async;
     Pair pr = run_streams(name, plan, srv, cli, true, [&](Proc &, Proc &, Pair &p) {
-        // (Connected, switched, and well into the stream.  In the default mode the switch
-        // comes when it comes, after the first bytes went over TCP: both ends' event=switch.)
-        for (double until = now_ms() + 30000; !switched && now_ms() < until; usleep(50 * 1000))
-            switched = read_file(p.server_log).find("event=switch ") != std::string::npos &&
-                       read_file(p.client_log).find("event=switch ") != std::string::npos;
+        // (Connected, switched, and well into the stream.)
+        switched = switched || wait_both_switched(p);
         usleep((async ? 500 : 1500) * 1000);
         down_at = now_ms();
         down_rc = run_quiet({"ip", "link", "set", dev, "down"}, 10000, &ip_out);
@@ -1352,9 +1360,7 @@ void device_removal()
     int rc = -1;
     bool switched = false, alive = false;
     Pair pr = run_streams(name, plan, {}, {}, true, [&](Proc &sp, Proc &cp, Pair &p) {
-        for (double until = now_ms() + 30000; !switched && now_ms() < until; usleep(50 * 1000))
-            switched = read_file(p.server_log).find("event=switch ") != std::string::npos &&
-                       read_file(p.client_log).find("event=switch ") != std::string::npos;
+        switched = wait_both_switched(p);
         usleep(500 * 1000);
         del_at = now_ms();
         rc = run_quiet({"rdma", "link", "delete", dev}, 30000, &out);
