@@ -1222,6 +1222,56 @@ pid_t fork() noexcept
     return r;
 }
 
+/* ---- exec -------------------------------------------------------------------------- */
+
+// The new program reads and writes the sockets it inherits through the kernel alone (the
+// library, if it runs there too, knows nothing of them): each connection of this
+// process goes back to its TCP socket first (offload::before_exec).  If the exec fails,
+// they go on over TCP.
+namespace {
+void before_exec() noexcept
+{
+    ErrnoGuard g;
+    offload::before_exec();
+}
+}  // namespace
+
+int execve(const char *path, char *const argv[], char *const envp[]) noexcept
+{
+    before_exec();
+    return RS_REAL(execve)(path, argv, envp);
+}
+
+int execv(const char *path, char *const argv[]) noexcept
+{
+    before_exec();
+    return RS_REAL(execv)(path, argv);
+}
+
+int execvp(const char *file, char *const argv[]) noexcept
+{
+    before_exec();
+    return RS_REAL(execvp)(file, argv);
+}
+
+int execvpe(const char *file, char *const argv[], char *const envp[]) noexcept
+{
+    before_exec();
+    return RS_REAL(execvpe)(file, argv, envp);
+}
+
+int fexecve(int fd, char *const argv[], char *const envp[]) noexcept
+{
+    before_exec();
+    return RS_REAL(fexecve)(fd, argv, envp);
+}
+
+int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags) noexcept
+{
+    before_exec();
+    return RS_REAL(execveat)(dirfd, path, argv, envp, flags);
+}
+
 // exit() while calls on a connection whose close() was deferred are still blocked (they
 // never return): the connection closes as close() would have closed it (orderly FIN,
 // every byte written reaching the peer first, and the close line).

@@ -91,7 +91,7 @@ RS_EXPORT sighandler_t bsd_signal(int signo, sighandler_t handler) noexcept
     return ::rdmasock::sig::signal(signo, handler);
 }
 // syscall(2): a raw call that closes or renumbers a descriptor (SYS_close, SYS_close_range,
-// SYS_dup, SYS_dup2, SYS_dup3) takes the engine's hook, as the C library's function
+// SYS_dup, SYS_dup2, SYS_dup3), or execs (SYS_execve, SYS_execveat), takes the engine's hook, as the C library's function
 // would, so that the number is not left mapped to a closed socket (and a file that
 // reuses it sent to the peer).  Anything else, and everything before the engine is
 // loaded, goes to the C library's syscall() unchanged; like it, six arguments are read
@@ -120,6 +120,13 @@ RS_EXPORT long syscall(long number, ...) noexcept
 #endif
         case SYS_dup3:
             return e->dup3(static_cast<int>(a[0]), static_cast<int>(a[1]), static_cast<int>(a[2]));
+        case SYS_execve:
+            return e->execve(reinterpret_cast<const char *>(a[0]), reinterpret_cast<char *const *>(a[1]),
+                             reinterpret_cast<char *const *>(a[2]));
+        case SYS_execveat:
+            return e->execveat(static_cast<int>(a[0]), reinterpret_cast<const char *>(a[1]),
+                               reinterpret_cast<char *const *>(a[2]), reinterpret_cast<char *const *>(a[3]),
+                               static_cast<int>(a[4]));
         default:
             break;
         }
@@ -148,3 +155,41 @@ RS_EXPORT int __dprintf_chk(int fd, int flag, const char *format, ...) noexcept
 // would corrupt the parent's frame.  vfork is therefore a fork here (POSIX allows a
 // conforming vfork child to run as a fork child; the only difference is speed).
 RS_EXPORT pid_t vfork() noexcept { return fork(); }
+
+// execl, execlp, execle: the argument list as an array, then execv, execvp or execve
+// (the wrappers above, which the engine sees), as the C library's own do.
+namespace {
+// The list's pointers (ending with the null one) counted from `ap`, copied into `argv`
+// when it is given.
+size_t exec_args(const char *arg, va_list ap, char **argv) noexcept
+{
+    size_t n = 0;
+    for (const char *a = arg;; a = va_arg(ap, const char *)) {
+        if (argv != nullptr)
+            argv[n] = const_cast<char *>(a);
+        ++n;
+        if (a == nullptr)
+            return n;
+    }
+}
+}  // namespace
+
+#define RS_EXEC_LIST(name, first, call, with_env)                              \
+    RS_EXPORT int name(const char *first, const char *arg, ...) noexcept       \
+    {                                                                          \
+        va_list ap, ap2;                                                       \
+        va_start(ap, arg);                                                     \
+        va_copy(ap2, ap);                                                      \
+        const size_t n = exec_args(arg, ap, nullptr);                          \
+        char **argv = static_cast<char **>(__builtin_alloca(n * sizeof(char *))); \
+        exec_args(arg, ap2, argv);                                             \
+        char *const *envp = with_env ? va_arg(ap2, char *const *) : nullptr;   \
+        va_end(ap2);                                                           \
+        va_end(ap);                                                            \
+        (void)envp;                                                            \
+        return call;                                                           \
+    }
+RS_EXEC_LIST(execl, path, execv(path, argv), false)
+RS_EXEC_LIST(execlp, file, execvp(file, argv), false)
+RS_EXEC_LIST(execle, path, execve(path, argv, envp), true)
+#undef RS_EXEC_LIST

@@ -94,8 +94,12 @@ bool Conn::start_fallback_locked(const char *why) noexcept
     ring_.freeze();
     up_.release_rdma(*this);  // the queue pair stops: the peer learns it (DISCONNECTED) and answers
     link_.poll([](uint32_t) {}, [](ibv_wc_status) {});
-    // Our count: what we hold of the peer's stream (read, or in the ring: read first).
-    const uint64_t count = ring_.consumed() + ring_.avail();
+    // Our count: what we hold of the peer's stream (read, or in the ring: read first;
+    // only what the program read when it execs, before_exec).
+    const uint64_t residue = ring_.avail();
+    const uint64_t count = ring_.consumed() + (leaving_ ? 0 : residue);
+    if (leaving_)
+        ring_.drop_residue();
     fb_.begin(count, start, ring_.produced(), st.shut_wr, sw_.nonce(),
               {ring_.staging(), ring_.staging_size()});
     if (sock_ != nullptr)
@@ -104,7 +108,7 @@ bool Conn::start_fallback_locked(const char *why) noexcept
     log::write(log::kInfo, "event=fallback fd=%d role=%s why=\"%s\" resend_bytes=%llu residue_bytes=%llu", shown_fd(),
                side_ == Side::client ? "client" : "server", why,
                static_cast<unsigned long long>(ring_.produced() - start),
-               static_cast<unsigned long long>(ring_.avail()));
+               static_cast<unsigned long long>(leaving_ ? 0 : residue));
     RS_DEBUG("connection fd=%d: FALLBACK count %llu start %llu end %llu (acked %llu, posted %llu)%s", shown_fd(),
              static_cast<unsigned long long>(count), static_cast<unsigned long long>(start),
              static_cast<unsigned long long>(ring_.produced()), static_cast<unsigned long long>(ring_.acked()),
@@ -199,6 +203,100 @@ void Conn::peer_fell_back_locked() noexcept
     if (m == neg::ConfirmMatch::no || fb_.read_peer_frame(fd, sw_.nonce(), &why) < 0 ||
         !start_fallback_locked("the peer fell back to TCP"))
         fail_and_abort_locked(why);
+}
+
+void Conn::before_exec(Clock::time_point until) noexcept
+{
+    if (handed_off())
+        return;  // (a fork child's copy, or an accepted one another process may negotiate)
+    std::unique_lock<std::mutex> lk(mu_);
+    if (closed_)
+        return;
+    // Each wait: outside the lock, on the TCP socket and (while it is read) the
+    // completion channel, 10 ms at most.
+    auto nap = [&](short tcp_events) {
+        const bool cq = link_.has_cq() && !ring_.frozen();
+        pollfd pf[2] = {{tcp_fd(), tcp_events, 0}, {cq ? comp_fd() : -1, POLLIN, 0}};
+        lk.unlock();
+        RS_REAL(poll)(pf, 2, 10);
+        lk.lock();
+        if (cq && link_.has_cq() && !ring_.frozen()) {
+            link_.ack_events();
+            link_.arm();
+        }
+    };
+    RingPath::Status &st = ring_.st;
+    if (side_ == Side::client && sw_.phase() == Phase::maybe) {
+        // The negotiation ends; a PROOF the server wrote (or will: its PROOF_AT got in)
+        // is taken out of the stream, which it can be only once the program has read the
+        // bytes before it.
+        decide_tcp_locked(Reason::closed_early);
+        while (sw_.phase() == Phase::maybe && sw_.at_proof_offset() && Clock::now() < until) {
+            if (presw_step_locked() != 0)
+                break;
+            nap(tcp_in_events());
+        }
+        if (sw_.phase() == Phase::maybe)
+            fail_and_abort_locked("the process exec'd before the server's PROOF was out of the TCP stream");
+        return;
+    }
+    if (side_ == Side::server && sw_.phase() == Phase::maybe) {
+        refusing_ = true;  // (no PROOF is in the stream yet, and none will be)
+        decide_tcp_locked(server_close_reason_locked());
+        return;
+    }
+    if (side_ == Side::server && sw_.phase() == Phase::verifying) {
+        // The PROOF is (being) written: the client takes it out.  A client that has not
+        // switched is stopped from switching; the CONFIRM of one that has is taken, and
+        // the connection switches, to fall back below.
+        finish_proof_locked(lk);
+        poll_cq_locked();
+        if (sw_.phase() == Phase::verifying && !sw_.switch_known() && !stop_for_switch_locked())
+            decide_tcp_locked(Reason::closed_early);
+        while (sw_.phase() == Phase::verifying && presw_step_locked() == 0 && !sw_.before_switch_offset() &&
+               Clock::now() < until)
+            nap(tcp_in_events());
+        if (sw_.phase() == Phase::verifying) {
+            fail_and_abort_locked("the process exec'd before its client's CONFIRM was out of the TCP stream");
+            return;
+        }
+    }
+    if (sw_.phase() != Phase::rdma)
+        return;  // (on TCP: the stream is the program's)
+    poll_cq_locked();
+    strip_proof_locked();
+    if (!st.broken() && !fb_.active() && !awaiting_ && st.peer_closed && ring_.avail() == 0)
+        return;  // (the peer reads nothing more and sent all it will: its kernel's EOF follows)
+    // A server just switched: its PREFIX must have completed (the client finds our frame
+    // after the bytes it counts).
+    while (!st.broken() && !fb_.active() && !awaiting_ && side_ == Side::server &&
+           link_.completed() < prefix_wr_ && Clock::now() < until) {
+        nap(0);
+        poll_cq_locked();
+    }
+    leaving_ = true;
+    // The peer's queue pair ended already (it fell back, exec'd or died): its frame
+    // starts ours, or none comes.
+    while (!st.broken() && awaiting_ && !fb_.active() && Clock::now() < until) {
+        peer_fell_back_locked();
+        if (!awaiting_ || fb_.active())
+            break;
+        nap(POLLIN);
+    }
+    // (A fallback under way before the exec counted the ring's residue as ours: it
+    // cannot go with the new program.)
+    const bool started = !st.broken() && (fb_.active() ? ring_.avail() == 0
+                                                       : !awaiting_ && start_fallback_locked("the program exec'd"));
+    while (started && !st.broken() && !(fb_.out_done() && fb_.in_done()) && Clock::now() < until) {
+        fallback_step_locked(tcp_fd());
+        if (st.broken() || (fb_.out_done() && fb_.in_done()))
+            break;
+        nap(static_cast<short>((fb_.in_done() ? 0 : POLLIN) | (fb_.out_done() ? 0 : POLLOUT)));
+    }
+    leaving_ = false;
+    if (started && !st.broken() && fb_.out_done() && fb_.in_done())
+        return;
+    fail_and_abort_locked("the process exec'd, and the connection could not go back to its TCP socket first");
 }
 
 void Conn::fallback_step_locked(int fd) noexcept

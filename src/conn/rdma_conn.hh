@@ -102,6 +102,15 @@ public:
     // write to the TCP socket behind our count).
     void before_fork() noexcept override;
     void after_fork_parent() noexcept override;
+    // The process execs (execve and its family): the new program reads and writes the
+    // TCP socket itself, the library's view of it gone.  Before, the stream is made the
+    // program's alone, waiting at most until `until`: a negotiation ends (a PROOF due is
+    // taken out of the stream, a SWITCH that got in is honoured), a connection on RDMA
+    // falls back to TCP (our frame and backlog into the stream, the peer's frame out of
+    // it; what the program had not read of the ring the peer resends: our count is what
+    // it read).  One that cannot be made so is reset: the new program never reads a
+    // frame as data, nor misses a byte silently.
+    void before_exec(std::chrono::steady_clock::time_point until) noexcept;
     bool handed_off() const noexcept override
     {
         // A fork child's copy of a connection with RDMA bound (the parent's); or an accepted
@@ -524,6 +533,9 @@ private:
     // as data.
     bool local_failure_ = false;
     bool awaiting_ = false;
+    // In before_exec(): a fallback that starts leaves the ring's residue unread (the
+    // ring goes with the program's image), and our count says so.
+    bool leaving_ = false;
     Clock::time_point fb_until_{};  // no peer's frame by then: reset
     // Fell back (fb_ active): reported as on TCP (reason fell_back, phase tcp), read
     // without the lock by RDMASOCK_INFO, `rdmasock ss` and the close line.

@@ -111,6 +111,8 @@ public:
     void freeze() noexcept { frozen_ = true; }
     bool frozen() const noexcept { return frozen_; }
     uint64_t consumed() const noexcept { return rx_cons_; }
+    // The bytes received and not read go unread (the peer resends them over TCP).
+    void drop_residue() noexcept { rx_cons_ = rx_prod_; }
     uint64_t acked() const noexcept { return tx_acked_; }
     uint64_t posted() const noexcept { return tx_posted_; }
     uint64_t produced() const noexcept { return tx_prod_; }

@@ -1387,6 +1387,24 @@ void on_passed(Socket &s) noexcept
         drop = decline_parked_locked(g_engine, pit);
 }
 
+namespace {
+// The progress thread sends what the closed connections still have to send (a stopped
+// peer's): the process waits for it (exit, exec), in the same bounds (Conn::draining).
+void wait_for_drains() noexcept
+{
+    const auto until = Clock::now() + Ms(rt::config().linger_ms);
+    while (g_engine->running()) {
+        {
+            std::lock_guard<std::mutex> lk(g_engine->mu);
+            if (g_engine->drains.empty() || Clock::now() >= until)
+                break;
+            g_engine->wake();
+        }
+        usleep(10000);
+    }
+}
+}  // namespace
+
 void at_exit() noexcept
 {
     if (g_engine == nullptr)
@@ -1415,18 +1433,27 @@ void at_exit() noexcept
         if (closes_orderly(*c))
             close_orderly(fd, *c, true);
     });
-    // The progress thread sends what the closed connections still have to send (a
-    // stopped peer's): the process waits for it, in the same bounds (Conn::draining).
-    const auto until = Clock::now() + Ms(rt::config().linger_ms);
-    while (g_engine->running()) {
-        {
-            std::lock_guard<std::mutex> lk(g_engine->mu);
-            if (g_engine->drains.empty() || Clock::now() >= until)
-                break;
-            g_engine->wake();
-        }
-        usleep(10000);
-    }
+    wait_for_drains();
+}
+
+void before_exec() noexcept
+{
+    if (g_engine == nullptr)
+        return;  // (nothing of ours in any stream; also a fork child's copies: the parent's)
+    // Each connection once, whatever its numbers (a dup shares it), close-on-exec or not:
+    // one the exec closes then ends as the kernel's close ends it (every byte, then the
+    // FIN), and if the exec fails the program goes on with it over TCP.
+    std::vector<std::shared_ptr<Conn>> conns;
+    fdt::for_each([&conns](int, const SocketRef &s) {
+        Conn *c = Conn::of(s->transport);
+        std::shared_ptr<Conn> p = c != nullptr ? c->self() : nullptr;
+        if (p && std::find(conns.begin(), conns.end(), p) == conns.end())
+            conns.push_back(std::move(p));
+    });
+    const auto until = Clock::now() + Ms(rt::config().fallback_wait_ms);
+    for (const auto &c : conns)
+        c->before_exec(until);
+    wait_for_drains();
 }
 
 void release_rdma(Conn &c) noexcept

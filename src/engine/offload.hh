@@ -48,6 +48,13 @@ void on_close(int fd, Socket &s) noexcept;
 // a program that writes and then exits loses nothing.  _exit() skips this.
 void at_exit() noexcept;
 
+// execve() and its family, before the call: the new program uses the inherited sockets
+// through the kernel alone.  Each connection of this process goes back to its TCP
+// socket first (Conn::before_exec: a negotiation ends, a connection on RDMA falls back,
+// one that cannot is reset), bounded by RDMASOCK_FALLBACK_WAIT_MS in all; the closed
+// ones still sending their last bytes are waited for as at exit.
+void before_exec() noexcept;
+
 // Held across fork() (by the thread that forks, released in parent and child): what
 // the child inherits is consistent.
 void lock_for_fork() noexcept;

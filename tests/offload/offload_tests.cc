@@ -1764,6 +1764,61 @@ void servers_fork_live(const std::string &mode)
     run_streams("servers/fork_live_" + mode, {{2u << 20, 2u << 20, "write", false}}, s, c, false);
 }
 
+// A client execs itself in the middle of its connection, the socket inherited (issue 14,
+// point 5; peer --exec-self): the new image, under the library or without it (_nolib),
+// goes on with the stream on the kernel socket, the library of the old one having made
+// the stream the program's alone first.  after: on RDMA at the exec, with bytes of the
+// echo arrived unread in the ring (the server resends them over TCP: its connection
+// falls back).  before: the exec right after connect() and 1000 bytes, the switch still
+// being negotiated (default mode).  Every byte arrives once and in order at both ends,
+// then the EOF.  close: the whole stream both ways on RDMA, then an exec of /bin/true
+// with the socket close-on-exec: the server reads every byte, then the EOF, as after a
+// kernel TCP socket's close (before, the server got a reset: the queue pair ended
+// without a FIN).
+void servers_exec_self(const std::string &when, bool async, bool nolib)
+{
+    const std::string name = "servers/exec_" + when + (async ? "_async" : "") + (nolib ? "_nolib" : "");
+    const int64_t n = 2 << 20;
+    Side s = async ? async_side() : Side{}, c = async ? async_side() : Side{};
+    s.args = {"--plan", "2M:2M:write", "--echo"};
+    c.args = {"--plan", "2M:2M:write", "--expect-echo", "--exec-self", when};
+    if (nolib)
+        c.args.push_back("--exec-env-clean");
+    Pair pr = run_pair(name, s, c);
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    Fields from;
+    for (const auto &l : split_lines(pr.client.out))
+        if (l.rfind("exec_from ", 0) == 0)
+            from = parse_kv(l.substr(10));
+    BOOST_CHECK_MESSAGE(!from.empty(), name << ": the client printed no exec_from line\n" << pr.describe());
+    if (when == "after")
+        BOOST_CHECK_MESSAGE(field(from, "transport") == "rdma" && num(from, "received") < num(from, "sent"),
+                            name << ": at the exec the connection was not on RDMA with echo bytes unread\n"
+                                 << pr.describe());
+    if (when == "close")
+        BOOST_CHECK_MESSAGE(field(from, "transport") == "rdma" && num(from, "received") == static_cast<uint64_t>(n),
+                            name << ": at the exec the connection was not on RDMA with the echo read\n"
+                                 << pr.describe());
+    // The new image: every byte and the EOF, on a socket no library knows (RDMASOCK_INFO
+    // unanswered: transport=none).
+    const Fields *f = pr.client.conn(0);
+    BOOST_CHECK_MESSAGE(when == "close" ||
+                            (f != nullptr && num(*f, "sent") == static_cast<uint64_t>(n) &&
+                             num(*f, "received") == static_cast<uint64_t>(n) && field(*f, "eof") == "1" &&
+                             field(*f, "transport") == "none" && f->count("exec_continued")),
+                        name << ": the new image did not finish the stream on the kernel socket\n" << pr.describe());
+    // The server checked every byte it echoed (--echo), on TCP from the fallback on.
+    expect_conn(pr.server, 0, "tcp",
+                when != "before" ? std::set<std::string>{"fell_back"} : std::set<std::string>{}, n, n, name);
+    const Fields *sf = pr.server.conn(0);
+    BOOST_CHECK_MESSAGE(sf != nullptr && field(*sf, "eof") == "1", name << ": the server read no EOF\n" << pr.describe());
+    if (when != "before")
+        BOOST_CHECK_MESSAGE(pr.client.log.find("event=fallback") != std::string::npos &&
+                                pr.client.log.find("why=\"the program exec'd\"") != std::string::npos,
+                            name << ": the client's library logged no fallback for the exec\n" << pr.client.log);
+}
+
 // A pre-fork echo server and a client that writes 1 MB in calls of 1 to 64 bytes: many
 // thousands of messages each way, on a client queue pair made after the master sent
 // the request on to the worker (its receive count once carried over from the first
@@ -3730,6 +3785,11 @@ bool init_tests()
     for (std::string m : {"close", "closeall", "exit", "exec", "use"})
         add(srv, "fork_live_" + m, [m] { servers_fork_live(m); });
     add(srv, "fork_per_conn_async", [] { servers_fork_per_conn(true); });
+    add(srv, "exec_after", [] { servers_exec_self("after", false, false); });
+    add(srv, "exec_after_async", [] { servers_exec_self("after", true, false); });
+    add(srv, "exec_after_nolib", [] { servers_exec_self("after", false, true); });
+    add(srv, "exec_before_async", [] { servers_exec_self("before", true, false); });
+    add(srv, "exec_close_async", [] { servers_exec_self("close", true, false); });
     master.add(srv);
 
     auto *fb = BOOST_TEST_SUITE("fallback");

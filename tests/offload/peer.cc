@@ -32,6 +32,16 @@
 // connection while the parent waits, then goes on: close, closeall (every descriptor,
 // as a daemon does), exit (exit(3): the library's exit step runs), exec (/bin/true,
 // the descriptor inherited), use (a write and a read: both must fail, nothing is sent).
+// --exec-self after|before (client, seq plans with an --echo server): the process execs
+// itself in the middle of its connection, the descriptor inherited, and the new image
+// goes on with the stream where the old one stopped (--exec-continue FD:SENT:RECEIVED,
+// added by the old image).  after: once the connection is on RDMA, half the bytes are
+// sent and a quarter of the echo read (the rest of it arriving unread), then the exec;
+// before: the exec right after connect() and the first 1000 bytes (the negotiation
+// still under way).  The old image prints "exec_from transport=... sent=N received=N"
+// first.  --exec-env-clean: the new image runs without LD_PRELOAD.  close: once on RDMA,
+// the whole stream both ways, then an exec of /bin/true with the socket close-on-exec
+// (the exec closes it; the server must read the EOF after every byte).
 // --wait-mode poll|select|epoll: nonblocking socket, every EAGAIN waits for
 // readiness (10 s without it is a lost wake-up).
 //
@@ -122,6 +132,10 @@ struct Options {
     bool fork_per_conn = false; // server: a child serves each connection
     bool fork_conns = false;    // client: connections after the first in fork children
     std::string fork_child;     // client: fork a child mid-connection that does this to its copy
+    std::string exec_self;      // client: exec itself mid-connection (after|before the switch)
+    bool exec_env_clean = false;  // ... into an environment without LD_PRELOAD
+    int cont_fd = -1;             // --exec-continue: the inherited connection, and where it was
+    uint64_t cont_sent = 0, cont_received = 0;
     bool push = false;        // server: write only, never read
     int stall_ms = 0;         // SO_RCVTIMEO/SO_SNDTIMEO on stream connections
     std::string warmup;       // client: ADDR:PORT to connect to (and close) first
@@ -685,6 +699,68 @@ std::string fork_child(int fd)
     return m + ":" + std::to_string(st);
 }
 
+char **g_argv = nullptr;
+
+// --exec-self: the first image's part of the connection, then the exec (which returns
+// only when it failed).
+void exec_self(int fd, const Entry &e, Counts &c)
+{
+    const bool before = opt.exec_self == "before", close = opt.exec_self == "close";
+    if (!before) {
+        for (long long t0 = now_us(); !is_rdma(fd) && now_us() - t0 < 20000000;)
+            usleep(10000);
+    }
+    const uint64_t first = before ? std::min<uint64_t>(e.c2s, 1000) : close ? e.c2s : e.c2s / 2;
+    send_stream(fd, 0, first, kSaltC2S, c);
+    if (close) {
+        recv_stream(fd, 0, e.s2c, kSaltC2S, false, c);
+    } else if (!before) {
+        recv_stream(fd, 0, std::min(first, e.s2c) / 4, kSaltC2S, false, c);
+        usleep(300 * 1000);  // (the rest of the echo arrives meanwhile, unread)
+    }
+    out_line("exec_from " + info_fields(fd) + " sent=" + std::to_string(c.sent.load()) +
+             " received=" + std::to_string(c.received.load()));
+    if (close) {  // (the socket is close-on-exec: the exec closes it)
+        execl("/bin/true", "true", static_cast<char *>(nullptr));
+        die("exec /bin/true: %s", strerror(errno));
+    }
+    std::vector<std::string> args;
+    for (char **a = g_argv; *a != nullptr; ++a)
+        args.push_back(*a);
+    args.push_back("--exec-continue");
+    args.push_back(std::to_string(fd) + ":" + std::to_string(c.sent.load()) + ":" + std::to_string(c.received.load()));
+    std::vector<char *> argv;
+    for (auto &a : args)
+        argv.push_back(a.data());
+    argv.push_back(nullptr);
+    fcntl(fd, F_SETFD, 0);  // (inherited by the new image)
+    if (opt.exec_env_clean) {
+        std::vector<char *> envp;
+        for (char **v = environ; *v != nullptr; ++v)
+            if (strncmp(*v, "LD_PRELOAD=", 11) != 0)
+                envp.push_back(*v);
+        envp.push_back(nullptr);
+        execve("/proc/self/exe", argv.data(), envp.data());
+    } else {
+        execv("/proc/self/exe", argv.data());
+    }
+    die("exec: %s", strerror(errno));
+}
+
+// --exec-continue: the new image's part, from where the old one stopped, both
+// directions at once (the echo of what it sends comes back meanwhile).
+void exec_continue(int fd, const Entry &e, Counts &c)
+{
+    c.sent = opt.cont_sent;
+    c.received = opt.cont_received;
+    std::thread writer([&] {
+        send_stream(fd, opt.cont_sent, e.c2s - opt.cont_sent, kSaltC2S, c);
+        do_shutdown_wr(fd);
+    });
+    recv_stream(fd, opt.cont_received, e.s2c - opt.cont_received, kSaltC2S, true, c);
+    writer.join();
+}
+
 void stream(int fd, const Entry &e, Counts &c, std::string &extra)
 {
     const bool client = !opt.server;
@@ -742,6 +818,13 @@ void stream(int fd, const Entry &e, Counts &c, std::string &extra)
         extra += " data_ms=" + std::to_string((now_us() - t0) / 1000);
         return;
     }
+    if (client && opt.cont_fd >= 0) {
+        exec_continue(fd, e, c);
+        extra += " exec_continued=1";
+        return;
+    }
+    if (client && !opt.exec_self.empty())
+        exec_self(fd, e, c);
     if (client) {
         long long t0 = now_us();
         send_stream(fd, 0, to_send, out_salt, c);
@@ -1864,6 +1947,10 @@ int client_main()
         // switch): let it end, so that the measured connects share the CPU with nothing.
         usleep(300 * 1000);
     }
+    if (opt.cont_fd >= 0) {  // (--exec-continue: the connection the old image made)
+        serve_connection(opt.cont_fd, 0, 0);
+        return g_exit;
+    }
     for (int i = 0, n = conn_count(); i < n; ++i) {
         if (opt.fork_conns && i > 0) {
             pid_t p = fork();
@@ -1941,7 +2028,7 @@ void usage()
             "       [--plan C2S:S2C[:API[:bidir]],...] [--chunk N] [--banner N] [--echo] [--expect-echo]\n"
             "       [--close-exit] [--nonblock-connect] [--wait-decided] [--shutdown-decided]\n"
             "       [--hold-ms N] [--accept-delay-ms N] [--first-accept-delay-ms N]\n"
-            "       [--close-listener]\n"
+            "       [--close-listener] [--exec-self after|before|close [--exec-env-clean]]\n"
             "       [--wait-mode poll|select|epoll] [--push] [--stall-ms N]\n"
             "       [--warmup ADDR:PORT] [--pause-ms N] [--fionread-banner]\n"
             "       [--scenario NAME,NAME,... | --helper] [--allow-tcp]\n"
@@ -1999,6 +2086,7 @@ std::vector<Entry> parse_plan(const std::string &s)
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
+    g_argv = argv;
     if (argc < 2)
         usage();
     std::string mode = argv[1];
@@ -2023,6 +2111,8 @@ int main(int argc, char **argv)
         {"prefork", required_argument, nullptr, 'k'},  {"fork-per-conn", no_argument, nullptr, 'K'},
         {"fork-conns", no_argument, nullptr, 'f'},     {"fork-child", required_argument, nullptr, 'j'},
         {"reuseport", no_argument, nullptr, 'R'},
+        {"exec-self", required_argument, nullptr, 'X'}, {"exec-env-clean", no_argument, nullptr, 'Y'},
+        {"exec-continue", required_argument, nullptr, 'Z'},
         {nullptr, 0, nullptr, 0}};
     optind = 2;
     int ch;
@@ -2058,6 +2148,21 @@ int main(int argc, char **argv)
         case 'f': opt.fork_conns = true; break;
         case 'j': opt.fork_child = optarg; break;
         case 'R': opt.reuseport = true; break;
+        case 'X':
+            opt.exec_self = optarg;
+            if (opt.exec_self != "after" && opt.exec_self != "before" && opt.exec_self != "close")
+                usage();
+            break;
+        case 'Y': opt.exec_env_clean = true; break;
+        case 'Z': {
+            std::vector<std::string> v = split(optarg, ':');
+            if (v.size() != 3)
+                usage();
+            opt.cont_fd = atoi(v[0].c_str());
+            opt.cont_sent = strtoull(v[1].c_str(), nullptr, 10);
+            opt.cont_received = strtoull(v[2].c_str(), nullptr, 10);
+            break;
+        }
         case 'u': opt.push = true; break;
         case 'z': opt.stall_ms = atoi(optarg); break;
         case 'y': opt.warmup = optarg; break;
