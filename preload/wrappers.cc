@@ -123,10 +123,12 @@ RS_EXPORT long syscall(long number, ...) noexcept
         case SYS_execve:
             return e->execve(reinterpret_cast<const char *>(a[0]), reinterpret_cast<char *const *>(a[1]),
                              reinterpret_cast<char *const *>(a[2]));
+#ifdef SYS_execveat
         case SYS_execveat:
             return e->execveat(static_cast<int>(a[0]), reinterpret_cast<const char *>(a[1]),
                                reinterpret_cast<char *const *>(a[2]), reinterpret_cast<char *const *>(a[3]),
                                static_cast<int>(a[4]));
+#endif
         default:
             break;
         }
@@ -161,10 +163,10 @@ RS_EXPORT pid_t vfork() noexcept { return fork(); }
 namespace {
 // The list's pointers (ending with the null one) counted from `ap`, copied into `argv`
 // when it is given.
-size_t exec_args(const char *arg, va_list ap, char **argv) noexcept
+size_t exec_args(const char *arg, va_list *ap, char **argv) noexcept
 {
     size_t n = 0;
-    for (const char *a = arg;; a = va_arg(ap, const char *)) {
+    for (const char *a = arg;; a = va_arg(*ap, const char *)) {
         if (argv != nullptr)
             argv[n] = const_cast<char *>(a);
         ++n;
@@ -180,9 +182,9 @@ size_t exec_args(const char *arg, va_list ap, char **argv) noexcept
         va_list ap, ap2;                                                       \
         va_start(ap, arg);                                                     \
         va_copy(ap2, ap);                                                      \
-        const size_t n = exec_args(arg, ap, nullptr);                          \
+        const size_t n = exec_args(arg, &ap, nullptr);                         \
         char **argv = static_cast<char **>(__builtin_alloca(n * sizeof(char *))); \
-        exec_args(arg, ap2, argv);                                             \
+        exec_args(arg, &ap2, argv);                                            \
         char *const *envp = with_env ? va_arg(ap2, char *const *) : nullptr;   \
         va_end(ap2);                                                           \
         va_end(ap);                                                            \

@@ -108,7 +108,7 @@ bool Conn::start_fallback_locked(const char *why) noexcept
     log::write(log::kInfo, "event=fallback fd=%d role=%s why=\"%s\" resend_bytes=%llu residue_bytes=%llu", shown_fd(),
                side_ == Side::client ? "client" : "server", why,
                static_cast<unsigned long long>(ring_.produced() - start),
-               static_cast<unsigned long long>(leaving_ ? 0 : residue));
+               static_cast<unsigned long long>(residue));
     RS_DEBUG("connection fd=%d: FALLBACK count %llu start %llu end %llu (acked %llu, posted %llu)%s", shown_fd(),
              static_cast<unsigned long long>(count), static_cast<unsigned long long>(start),
              static_cast<unsigned long long>(ring_.produced()), static_cast<unsigned long long>(ring_.acked()),
@@ -205,10 +205,32 @@ void Conn::peer_fell_back_locked() noexcept
         fail_and_abort_locked(why);
 }
 
+bool Conn::exec_can_start_locked() const noexcept
+{
+    const RingPath::Status &st = ring_.st;
+    return sw_.phase() == Phase::rdma && !st.broken() && !fb_.active() && !awaiting_ && !closed_ &&
+           !(st.peer_closed && ring_.avail() == 0) &&
+           (side_ == Side::client ? !sw_.frame_pending() && sw_.prefix_known() && at_peer_frame_locked()
+                                  : link_.completed() >= prefix_wr_);
+}
+
+void Conn::exec_start() noexcept
+{
+    if (handed_off() || inherited_.load(std::memory_order_acquire))
+        return;
+    std::lock_guard<std::mutex> lk(mu_);
+    poll_cq_locked();
+    if (!exec_can_start_locked())
+        return;  // (before_exec() sees to it)
+    leaving_ = true;
+    start_fallback_locked("the program exec'd");
+    leaving_ = false;
+}
+
 void Conn::before_exec(Clock::time_point until) noexcept
 {
-    if (handed_off())
-        return;  // (a fork child's copy, or an accepted one another process may negotiate)
+    if (handed_off() || inherited_.load(std::memory_order_acquire))
+        return;  // (a fork child's copy: the parent's; or an accepted one another process may negotiate)
     std::unique_lock<std::mutex> lk(mu_);
     if (closed_)
         return;
@@ -250,6 +272,10 @@ void Conn::before_exec(Clock::time_point until) noexcept
         // switched is stopped from switching; the CONFIRM of one that has is taken, and
         // the connection switches, to fall back below.
         finish_proof_locked(lk);
+        if (sw_.frame_started() && sw_.frame_pending()) {  // (part of it in the stream)
+            fail_and_abort_locked("the process exec'd with its PROOF partly written");
+            return;
+        }
         poll_cq_locked();
         if (sw_.phase() == Phase::verifying && !sw_.switch_known() && !stop_for_switch_locked())
             decide_tcp_locked(Reason::closed_early);
@@ -265,19 +291,31 @@ void Conn::before_exec(Clock::time_point until) noexcept
         return;  // (on TCP: the stream is the program's)
     poll_cq_locked();
     strip_proof_locked();
-    if (!st.broken() && !fb_.active() && !awaiting_ && st.peer_closed && ring_.avail() == 0)
+    if (!st.broken() && !fb_.active() && !awaiting_ && st.peer_closed && ring_.avail() == 0 &&
+        (side_ == Side::server || at_peer_frame_locked()))
         return;  // (the peer reads nothing more and sent all it will: its kernel's EOF follows)
-    // A server just switched: its PREFIX must have completed (the client finds our frame
-    // after the bytes it counts).
-    while (!st.broken() && !fb_.active() && !awaiting_ && side_ == Side::server &&
-           link_.completed() < prefix_wr_ && Clock::now() < until) {
-        nap(0);
+    // Just switched: a server's PREFIX must have completed (the client finds our frame
+    // after the bytes it counts), a client's CONFIRM be whole in the stream and the
+    // server's PREFIX in.
+    while (!st.broken() && !fb_.active() && !awaiting_ && !closed_ && Clock::now() < until &&
+           (side_ == Side::server ? link_.completed() < prefix_wr_ : sw_.frame_pending() || !sw_.prefix_known())) {
+        if (side_ == Side::client && sw_.frame_pending())
+            push_frame_locked();
+        nap(side_ == Side::client && sw_.frame_pending() ? POLLOUT : 0);
         poll_cq_locked();
+    }
+    if (closed_)
+        return;  // (another thread closed it meanwhile: its close saw to it)
+    // A client finds the server's frame only after the server's bytes from before its
+    // switch, which the program has not all read: they would come first, then the frame.
+    if (side_ == Side::client && !fb_.active() && !at_peer_frame_locked()) {
+        fail_and_abort_locked("the process exec'd with the server's bytes from before its switch unread");
+        return;
     }
     leaving_ = true;
     // The peer's queue pair ended already (it fell back, exec'd or died): its frame
     // starts ours, or none comes.
-    while (!st.broken() && awaiting_ && !fb_.active() && Clock::now() < until) {
+    while (!st.broken() && awaiting_ && !fb_.active() && !closed_ && Clock::now() < until) {
         peer_fell_back_locked();
         if (!awaiting_ || fb_.active())
             break;
@@ -287,14 +325,14 @@ void Conn::before_exec(Clock::time_point until) noexcept
     // cannot go with the new program.)
     const bool started = !st.broken() && (fb_.active() ? ring_.avail() == 0
                                                        : !awaiting_ && start_fallback_locked("the program exec'd"));
-    while (started && !st.broken() && !(fb_.out_done() && fb_.in_done()) && Clock::now() < until) {
+    while (started && !st.broken() && !closed_ && !(fb_.out_done() && fb_.in_done()) && Clock::now() < until) {
         fallback_step_locked(tcp_fd());
         if (st.broken() || (fb_.out_done() && fb_.in_done()))
             break;
         nap(static_cast<short>((fb_.in_done() ? 0 : POLLIN) | (fb_.out_done() ? 0 : POLLOUT)));
     }
     leaving_ = false;
-    if (started && !st.broken() && fb_.out_done() && fb_.in_done())
+    if (closed_ || (started && !st.broken() && fb_.out_done() && fb_.in_done()))
         return;
     fail_and_abort_locked("the process exec'd, and the connection could not go back to its TCP socket first");
 }

@@ -218,6 +218,7 @@ void Conn::after_fork_child() noexcept
         }
         return;
     }
+    inherited_.store(true, std::memory_order_release);
     ring_.st.reset = true;
     ring_.st.failed = true;
     // A copy of a connection with RDMA bound: the parent's, which logs it; this one

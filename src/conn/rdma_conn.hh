@@ -111,6 +111,10 @@ public:
     // it read).  One that cannot be made so is reset: the new program never reads a
     // frame as data, nor misses a byte silently.
     void before_exec(std::chrono::steady_clock::time_point until) noexcept;
+    // The first step of it, for every connection before any waits: a connection on RDMA
+    // that can fall back at once starts to (its peer then answers while the others are
+    // seen to).
+    void exec_start() noexcept;
     bool handed_off() const noexcept override
     {
         // A fork child's copy of a connection with RDMA bound (the parent's); or an accepted
@@ -536,6 +540,10 @@ private:
     // In before_exec(): a fallback that starts leaves the ring's residue unread (the
     // ring goes with the program's image), and our count says so.
     bool leaving_ = false;
+    bool exec_can_start_locked() const noexcept;
+    // A fork child's copy of a connection it did not adopt: the parent's stream, which
+    // the child's exec leaves alone.
+    std::atomic<bool> inherited_{false};
     Clock::time_point fb_until_{};  // no peer's frame by then: reset
     // Fell back (fb_ active): reported as on TCP (reason fell_back, phase tcp), read
     // without the lock by RDMASOCK_INFO, `rdmasock ss` and the close line.

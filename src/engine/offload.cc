@@ -1450,6 +1450,9 @@ void before_exec() noexcept
         if (p && std::find(conns.begin(), conns.end(), p) == conns.end())
             conns.push_back(std::move(p));
     });
+    // Every fallback that can start does first, so that the peers answer together.
+    for (const auto &c : conns)
+        c->exec_start();
     const auto until = Clock::now() + Ms(rt::config().fallback_wait_ms);
     for (const auto &c : conns)
         c->before_exec(until);

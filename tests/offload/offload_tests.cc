@@ -1813,10 +1813,25 @@ void servers_exec_self(const std::string &when, bool async, bool nolib)
                 when != "before" ? std::set<std::string>{"fell_back"} : std::set<std::string>{}, n, n, name);
     const Fields *sf = pr.server.conn(0);
     BOOST_CHECK_MESSAGE(sf != nullptr && field(*sf, "eof") == "1", name << ": the server read no EOF\n" << pr.describe());
-    if (when != "before")
-        BOOST_CHECK_MESSAGE(pr.client.log.find("event=fallback") != std::string::npos &&
-                                pr.client.log.find("why=\"the program exec'd\"") != std::string::npos,
-                            name << ": the client's library logged no fallback for the exec\n" << pr.client.log);
+    if (when == "before")
+        return;
+    // The fallback lines: the client's for the exec; with echo bytes unread in its ring
+    // (after), the server resends at least those (our count was what the program read).
+    auto fallback_line = [](const PeerRun &p) {
+        for (const auto &l : split_lines(p.log))
+            if (auto at = l.find("event=fallback "); at != std::string::npos)
+                return parse_kv(l.substr(at));
+        return Fields{};
+    };
+    const Fields cf = fallback_line(pr.client), sfb = fallback_line(pr.server);
+    BOOST_CHECK_MESSAGE(pr.client.log.find("why=\"the program exec'd\"") != std::string::npos && !sfb.empty(),
+                        name << ": no fallback for the exec in the logs\n" << pr.describe());
+    if (when == "after")
+        BOOST_CHECK_MESSAGE(num(cf, "residue_bytes") > 0 && num(cf, "residue_bytes") != ~0ull &&
+                                num(sfb, "resend_bytes") >= num(cf, "residue_bytes"),
+                            name << ": the client's ring held " << field(cf, "residue_bytes")
+                                 << " unread bytes at the exec, the server resent " << field(sfb, "resend_bytes")
+                                 << " (want > 0, and at least those)\n" << pr.describe());
 }
 
 // A pre-fork echo server and a client that writes 1 MB in calls of 1 to 64 bytes: many

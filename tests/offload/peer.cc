@@ -720,6 +720,8 @@ void exec_self(int fd, const Entry &e, Counts &c)
     }
     out_line("exec_from " + info_fields(fd) + " sent=" + std::to_string(c.sent.load()) +
              " received=" + std::to_string(c.received.load()));
+    if (g_exit != kOk)
+        die("exec: not with the stream broken (above)");
     if (close) {  // (the socket is close-on-exec: the exec closes it)
         execl("/bin/true", "true", static_cast<char *>(nullptr));
         die("exec /bin/true: %s", strerror(errno));
