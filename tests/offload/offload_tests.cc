@@ -2073,7 +2073,9 @@ void semantics_sigkill(bool killed_is_client, const std::string &scenario = "sig
 // (SIGTERM's default action), or execve() with the socket close-on-exec (issue 17, 4).
 // The kernel's TCP delivers every byte, then EOF.  rdmasock(7): bytes still in flight
 // may be lost, and then the peer sees a reset; never an EOF after fewer bytes (the
-// tester's scenario checks the bytes, and how the stream ended).
+// tester's scenario checks the bytes, and how the stream ended).  Before an exec the
+// helper's library hands the connection back to TCP (docs/protocol.md, "exec"), so
+// there the exec's close ends it as the kernel's: every byte, then EOF.
 void semantics_abrupt(const std::string &how, bool helper_is_client, bool async)
 {
     const std::string name = std::string(async ? "semantics_default_mode" : "semantics") + "/abrupt_" + how +
@@ -2090,10 +2092,18 @@ void semantics_abrupt(const std::string &how, bool helper_is_client, bool async)
     BOOST_CHECK_MESSAGE(h.exit_code == want, name << ": the helper's exit status is " << h.exit_code << ", want "
                                                   << want << "\n" << h.describe());
     expect_clean_exit(t, name);
-    expect_rdma(t, 0, -1, -1, name);
-    if (const Fields *f = t.conn(0))
+    if (how == "exec")
+        expect_conn(t, 0, "tcp", {"fell_back"}, -1, -1, name);
+    else
+        expect_rdma(t, 0, -1, -1, name);
+    if (const Fields *f = t.conn(0)) {
         note(name + ": the reader got " + field(*f, "abrupt_got") + " of 4194304 bytes, then " +
              field(*f, "abrupt_end"));
+        if (how == "exec")
+            BOOST_CHECK_MESSAGE(field(*f, "abrupt_got") == "4194304" && field(*f, "abrupt_end") == "EOF",
+                                name << ": the reader got " << field(*f, "abrupt_got") << " bytes, then "
+                                     << field(*f, "abrupt_end") << "; want 4194304, then EOF");
+    }
 }
 
 // The helper stops itself (SIGSTOP) and the tester writes until the connection takes no
