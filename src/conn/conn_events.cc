@@ -207,11 +207,8 @@ void Conn::peer_fell_back_locked() noexcept
 
 bool Conn::exec_can_start_locked() const noexcept
 {
-    const RingPath::Status &st = ring_.st;
-    return sw_.phase() == Phase::rdma && !st.broken() && !fb_.active() && !awaiting_ && !closed_ &&
-           !(st.peer_closed && ring_.avail() == 0) &&
-           (side_ == Side::client ? !sw_.frame_pending() && sw_.prefix_known() && at_peer_frame_locked()
-                                  : link_.completed() >= prefix_wr_);
+    // (A client also needs the server's pre-switch bytes read: its frame stands after them.)
+    return !fb_.active() && !awaiting_ && !ring_.st.broken() && can_fall_back_locked() && at_peer_frame_locked();
 }
 
 void Conn::exec_start() noexcept
