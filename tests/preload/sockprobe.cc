@@ -1767,7 +1767,11 @@ int sc_oobinline(const Args &)
 // and each child closes every descriptor above 2 (close_range), resets every signal
 // handler and execs /bin/true.  Every child must exit, promptly and with status 0: a
 // child that inherited a lock some other thread held at the fork hangs at its first
-// close or sigaction.
+// close or sigaction.  /bin/true runs without LD_PRELOAD (execle): what is tested is
+// the fork child up to and through its exec (the library's exec hook included), and a
+// new image that loads a sanitizer's runtime and the sanitized library took 600 ms in
+// the emulated VM, where a plain one takes 70 (the storm then made 34 forks of the 50
+// it wants, with this library or the one before the exec hook alike).
 int sc_fork_storm(const Args &)
 {
     constexpr int kForks = 200, kMinForks = 50;
@@ -1831,6 +1835,11 @@ int sc_fork_storm(const Args &)
         return forks < kForks && hung < 3 && ms < 25000 && (ms < 15000 || forks < kMinForks);
     };
     double fork_ms = 0, reap_ms = 0;  // (stderr, when too few: where the time went)
+    std::vector<char *> env;  // (built before the forks: the child only execs)
+    for (char **e = environ; *e != nullptr; ++e)
+        if (strncmp(*e, "LD_PRELOAD=", 11) != 0)
+            env.push_back(*e);
+    env.push_back(nullptr);
     for (; more(); ++forks) {
         timespec f0;
         clock_gettime(CLOCK_MONOTONIC, &f0);
@@ -1844,7 +1853,7 @@ int sc_fork_storm(const Args &)
             for (int sg = 1; sg < NSIG; ++sg)
                 if (sg != SIGKILL && sg != SIGSTOP)
                     signal(sg, SIG_DFL);
-            execl("/bin/true", "true", static_cast<char *>(nullptr));
+            execle("/bin/true", "true", static_cast<char *>(nullptr), env.data());
             _exit(127);
         }
         int st = 0;
