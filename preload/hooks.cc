@@ -665,21 +665,28 @@ ssize_t sendto(int fd, const void *buf, size_t len, int flags, const sockaddr *a
     return tx(*s, fd, &iov, 1, flags);  // a connected TCP socket ignores the address
 }
 
+namespace {
+// A connection passed on (SCM_RIGHTS) goes back to its TCP socket first: its receiver,
+// maybe another process, can only use the kernel socket.  (Also to this process itself:
+// nothing tells reliably where the message goes.  SO_PEERCRED names the process that
+// made a socketpair, a fork's parent.)
+void before_pass(const msghdr *msg) noexcept
+{
+    if (msg == nullptr)
+        return;
+    ErrnoGuard g;
+    for_each_passed_fd(msg, [](int passed) {
+        if (SocketRef p = fdt::get(passed); p && p->transport != nullptr)
+            offload::on_passed(*p);
+    });
+}
+}  // namespace
+
 ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept
 {
     SocketRef s = offloaded_socket(fd);
     if (!s) {
-        // A connection passed on (SCM_RIGHTS) before its switch stays on TCP: its
-        // receiver, in another process, can only use the kernel socket.
-        if (msg != nullptr) {
-            ErrnoGuard g;
-            // (Also to this process itself: nothing tells reliably where the message goes.
-            // SO_PEERCRED names the process that made a socketpair, a fork's parent.)
-            for_each_passed_fd(msg, [](int passed) {
-                if (SocketRef p = fdt::get(passed); p && p->transport != nullptr)
-                    offload::on_passed(*p);
-            });
-        }
+        before_pass(msg);
         return RS_REAL(sendmsg)(fd, msg, flags);
     }
     InCall in(*s);
@@ -689,8 +696,11 @@ ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept
 int sendmmsg(int fd, mmsghdr *vec, unsigned int vlen, int flags) noexcept
 {
     SocketRef s = offloaded_socket(fd);
-    if (!s)
+    if (!s) {
+        for (unsigned i = 0; vec != nullptr && i < vlen; ++i)
+            before_pass(&vec[i].msg_hdr);
         return RS_REAL(sendmmsg)(fd, vec, vlen, flags);
+    }
     InCall in(*s);
     unsigned i = 0;
     for (; i < vlen; ++i) {

@@ -32,6 +32,15 @@ inline const entry::Table *engine() noexcept
 // cannot load: connections stay on kernel TCP), or when called again while loading.
 const entry::Table *load() noexcept;
 
+// sendmmsg(): does a message carry control data (it may pass descriptors)?
+inline bool has_control(const struct mmsghdr *vec, unsigned int vlen) noexcept
+{
+    for (unsigned int i = 0; vec != nullptr && i < vlen; ++i)
+        if (vec[i].msg_hdr.msg_controllen != 0)
+            return true;
+    return false;
+}
+
 // RS_LOAD symbols: does this call load the engine first?
 inline bool loads_engine_socket(int domain, int type, int protocol) noexcept
 {

@@ -95,7 +95,7 @@ bool Conn::start_fallback_locked(const char *why) noexcept
     up_.release_rdma(*this);  // the queue pair stops: the peer learns it (DISCONNECTED) and answers
     link_.poll([](uint32_t) {}, [](ibv_wc_status) {});
     // Our count: what we hold of the peer's stream (read, or in the ring: read first;
-    // only what the program read when it execs, before_exec).
+    // only what the program read when the connection leaves the process, leave()).
     const uint64_t residue = ring_.avail();
     const uint64_t count = ring_.consumed() + (leaving_ ? 0 : residue);
     if (leaving_)
@@ -205,26 +205,45 @@ void Conn::peer_fell_back_locked() noexcept
         fail_and_abort_locked(why);
 }
 
-bool Conn::exec_can_start_locked() const noexcept
+bool Conn::leave_can_start_locked() const noexcept
 {
     // (A client also needs the server's pre-switch bytes read: its frame stands after them.)
     return !fb_.active() && !awaiting_ && !ring_.st.broken() && can_fall_back_locked() && at_peer_frame_locked();
 }
 
-void Conn::exec_start() noexcept
+namespace {
+// Its words in the fallback's log line, and (the process, the program) in a reset's.
+const char *fallback_cause(Conn::Leaving how) noexcept
+{
+    return how == Conn::Leaving::exec ? "the program exec'd" : "the program passed the socket on";
+}
+const char *leave_cause(Conn::Leaving how) noexcept
+{
+    return how == Conn::Leaving::exec ? "the process exec'd" : "the program passed the socket on (SCM_RIGHTS)";
+}
+}  // namespace
+
+void Conn::leave_fail_locked(Leaving how, const char *what) noexcept
+{
+    char why[160];
+    snprintf(why, sizeof why, "%s %s", leave_cause(how), what);
+    fail_and_abort_locked(why);
+}
+
+void Conn::leave_start(Leaving how) noexcept
 {
     if (handed_off() || inherited_.load(std::memory_order_acquire))
         return;
     std::lock_guard<std::mutex> lk(mu_);
     poll_cq_locked();
-    if (!exec_can_start_locked())
-        return;  // (before_exec() sees to it)
+    if (!leave_can_start_locked())
+        return;  // (leave() sees to it)
     leaving_ = true;
-    start_fallback_locked("the program exec'd");
+    start_fallback_locked(fallback_cause(how));
     leaving_ = false;
 }
 
-void Conn::before_exec(Clock::time_point until) noexcept
+void Conn::leave(Clock::time_point until, Leaving how) noexcept
 {
     if (handed_off() || inherited_.load(std::memory_order_acquire))
         return;  // (a fork child's copy: the parent's; or an accepted one another process may negotiate)
@@ -249,19 +268,19 @@ void Conn::before_exec(Clock::time_point until) noexcept
         // The negotiation ends; a PROOF the server wrote (or will: its PROOF_AT got in)
         // is taken out of the stream, which it can be only once the program has read the
         // bytes before it.
-        decide_tcp_locked(Reason::closed_early);
+        decide_tcp_locked(how == Leaving::exec ? Reason::closed_early : Reason::passed);
         while (sw_.phase() == Phase::maybe && sw_.at_proof_offset() && Clock::now() < until) {
             if (presw_step_locked() != 0)
                 break;
             nap(tcp_in_events());
         }
         if (sw_.phase() == Phase::maybe)
-            fail_and_abort_locked("the process exec'd before the server's PROOF was out of the TCP stream");
+            leave_fail_locked(how, "before the server's PROOF was out of the TCP stream");
         return;
     }
     if (side_ == Side::server && sw_.phase() == Phase::maybe) {
         refusing_ = true;  // (no PROOF is in the stream yet, and none will be)
-        decide_tcp_locked(server_close_reason_locked());
+        decide_tcp_locked(how == Leaving::exec ? server_close_reason_locked() : Reason::passed);
         return;
     }
     if (side_ == Side::server && sw_.phase() == Phase::verifying) {
@@ -270,17 +289,17 @@ void Conn::before_exec(Clock::time_point until) noexcept
         // the connection switches, to fall back below.
         finish_proof_locked(lk);
         if (sw_.frame_started() && sw_.frame_pending()) {  // (part of it in the stream)
-            fail_and_abort_locked("the process exec'd with its PROOF partly written");
+            leave_fail_locked(how, "with its PROOF partly written");
             return;
         }
         poll_cq_locked();
         if (sw_.phase() == Phase::verifying && !sw_.switch_known() && !stop_for_switch_locked())
-            decide_tcp_locked(Reason::closed_early);
+            decide_tcp_locked(how == Leaving::exec ? Reason::closed_early : Reason::passed);
         while (sw_.phase() == Phase::verifying && presw_step_locked() == 0 && !sw_.before_switch_offset() &&
                Clock::now() < until)
             nap(tcp_in_events());
         if (sw_.phase() == Phase::verifying) {
-            fail_and_abort_locked("the process exec'd before its client's CONFIRM was out of the TCP stream");
+            leave_fail_locked(how, "before its client's CONFIRM was out of the TCP stream");
             return;
         }
     }
@@ -306,7 +325,7 @@ void Conn::before_exec(Clock::time_point until) noexcept
     // A client finds the server's frame only after the server's bytes from before its
     // switch, which the program has not all read: they would come first, then the frame.
     if (side_ == Side::client && !fb_.active() && !at_peer_frame_locked()) {
-        fail_and_abort_locked("the process exec'd with the server's bytes from before its switch unread");
+        leave_fail_locked(how, "with the server's bytes from before its switch unread");
         return;
     }
     leaving_ = true;
@@ -318,10 +337,10 @@ void Conn::before_exec(Clock::time_point until) noexcept
             break;
         nap(POLLIN);
     }
-    // (A fallback under way before the exec counted the ring's residue as ours: it
+    // (A fallback under way before this counted the ring's residue as ours: it
     // cannot go with the new program.)
     const bool started = !st.broken() && (fb_.active() ? ring_.avail() == 0
-                                                       : !awaiting_ && start_fallback_locked("the program exec'd"));
+                                                       : !awaiting_ && start_fallback_locked(fallback_cause(how)));
     while (started && !st.broken() && !closed_ && !(fb_.out_done() && fb_.in_done()) && Clock::now() < until) {
         fallback_step_locked(tcp_fd());
         if (st.broken() || (fb_.out_done() && fb_.in_done()))
@@ -331,7 +350,7 @@ void Conn::before_exec(Clock::time_point until) noexcept
     leaving_ = false;
     if (closed_ || (started && !st.broken() && fb_.out_done() && fb_.in_done()))
         return;
-    fail_and_abort_locked("the process exec'd, and the connection could not go back to its TCP socket first");
+    leave_fail_locked(how, "and the connection could not go back to its TCP socket first");
 }
 
 void Conn::fallback_step_locked(int fd) noexcept

@@ -281,12 +281,7 @@ void Conn::note_declined(Reason why) noexcept
 bool Conn::note_passed() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
-    // (In verifying the client may have committed to RDMA: giving up there could reset
-    // the connection; it is left to switch.  On RDMA it stays there: a hand-over to TCP
-    // (fallback.hh, RESIDUE_DROPPED) needs the peer's answer, which a peer whose end is
-    // closed and draining does not give, and a pass to the process itself cannot be told
-    // from one to another process.)
-    if (closed_ || sw_.phase() != Phase::maybe)
+    if (side_ != Side::server || closed_ || sw_.phase() != Phase::maybe)
         return false;
     decide_tcp_locked(Reason::passed);
     return true;

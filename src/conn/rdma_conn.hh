@@ -102,19 +102,23 @@ public:
     // write to the TCP socket behind our count).
     void before_fork() noexcept override;
     void after_fork_parent() noexcept override;
-    // The process execs (execve and its family): the new program reads and writes the
-    // TCP socket itself, the library's view of it gone.  Before, the stream is made the
-    // program's alone, waiting at most until `until`: a negotiation ends (a PROOF due is
-    // taken out of the stream, a SWITCH that got in is honoured), a connection on RDMA
-    // falls back to TCP (our frame and backlog into the stream, the peer's frame out of
-    // it; what the program had not read of the ring the peer resends: our count is what
-    // it read).  One that cannot be made so is reset: the new program never reads a
-    // frame as data, nor misses a byte silently.
-    void before_exec(std::chrono::steady_clock::time_point until) noexcept;
+    // The connection leaves the process's hands: it execs (execve and its family: the
+    // new program reads and writes the TCP socket itself, the library's view of it
+    // gone), or passes the socket on (SCM_RIGHTS: whoever receives it may be another
+    // process, which uses the kernel socket).
+    enum class Leaving : uint8_t { exec, pass };
+    // Before, the stream is made the kernel socket's alone, waiting at most until
+    // `until`: a negotiation ends (a PROOF due is taken out of the stream, a SWITCH that
+    // got in is honoured), a connection on RDMA falls back to TCP (our frame and backlog
+    // into the stream, the peer's frame out of it; what the program had not read of the
+    // ring the peer resends: our count is what it read).  One that cannot be made so is
+    // reset: the socket's next reader never reads a frame as data, nor misses a byte
+    // silently.  After a pass this process's numbers go on with it over TCP.
+    void leave(std::chrono::steady_clock::time_point until, Leaving how) noexcept;
     // The first step of it, for every connection before any waits: a connection on RDMA
     // that can fall back at once starts to (its peer then answers while the others are
     // seen to).
-    void exec_start() noexcept;
+    void leave_start(Leaving how) noexcept;
     bool handed_off() const noexcept override
     {
         // A fork child's copy of a connection with RDMA bound (the parent's); or an accepted
@@ -132,11 +136,9 @@ public:
     // peer_no_rdmasock.
     // The client runs rdmasock and will stay on TCP: the socket is decided at once.
     void note_declined(Reason why) noexcept;
-    // The program passes the socket on (SCM_RIGHTS): whoever receives it uses the kernel
-    // socket, which RDMA cannot follow into another process.  A connection still being
-    // decided (maybe) stays on TCP, reason passed, and true is returned.  One whose
-    // switch is under way or done is left as it is (it goes on RDMA: only this
-    // process's numbers reach it).
+    // Server: the program passes the socket on (SCM_RIGHTS) while it is still being
+    // decided (maybe): it stays on TCP, reason passed, and true is returned (any other
+    // phase: leave()).
     bool note_passed() noexcept;
     // Server: an RDMA request came for this socket after it had stopped waiting for one
     // and gone to TCP: its reason is timeout, not peer_no_rdmasock.
@@ -537,10 +539,11 @@ private:
     // as data.
     bool local_failure_ = false;
     bool awaiting_ = false;
-    // In before_exec(): a fallback that starts leaves the ring's residue unread (the
-    // ring goes with the program's image), and our count says so.
+    // In leave(): a fallback that starts leaves the ring's residue unread (the socket's
+    // next reader gets it from the peer again), and our count says so.
     bool leaving_ = false;
-    bool exec_can_start_locked() const noexcept;
+    bool leave_can_start_locked() const noexcept;
+    void leave_fail_locked(Leaving how, const char *what) noexcept;
     // A fork child's copy of a connection it did not adopt: the parent's stream, which
     // the child's exec leaves alone.
     std::atomic<bool> inherited_{false};

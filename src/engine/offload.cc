@@ -1371,11 +1371,30 @@ void on_close(int fd, Socket &s) noexcept
     c->mark_closed();
 }
 
+namespace {
+// Every connection of `conns` back to its TCP socket (Conn::leave), bounded by
+// RDMASOCK_FALLBACK_WAIT_MS in all: every fallback that can start does first, so that
+// the peers answer together.
+void hand_back(const std::vector<std::shared_ptr<Conn>> &conns, Conn::Leaving how) noexcept
+{
+    for (const auto &c : conns)
+        c->leave_start(how);
+    const auto until = Clock::now() + Ms(rt::config().fallback_wait_ms);
+    for (const auto &c : conns)
+        c->leave(until, how);
+}
+}  // namespace
+
 void on_passed(Socket &s) noexcept
 {
     Conn *c = Conn::of(s.transport);
-    if (c == nullptr || !c->note_passed() || c->side() != Conn::Side::server || g_engine == nullptr)
+    if (c == nullptr || g_engine == nullptr)
         return;
+    if (!c->note_passed()) {  // (a pass to this process itself cannot be told from one to another)
+        if (std::shared_ptr<Conn> p = c->self())
+            hand_back({p}, Conn::Leaving::pass);
+        return;
+    }
     // The connection stays known (a request that comes later is declined as late); only
     // one that waits already is answered now.
     std::shared_ptr<rdma::CmId> drop;
@@ -1450,12 +1469,7 @@ void before_exec() noexcept
         if (p && std::find(conns.begin(), conns.end(), p) == conns.end())
             conns.push_back(std::move(p));
     });
-    // Every fallback that can start does first, so that the peers answer together.
-    for (const auto &c : conns)
-        c->exec_start();
-    const auto until = Clock::now() + Ms(rt::config().fallback_wait_ms);
-    for (const auto &c : conns)
-        c->before_exec(until);
+    hand_back(conns, Conn::Leaving::exec);
     wait_for_drains();
 }
 

@@ -30,9 +30,11 @@ void listener_used(Socket &ls) noexcept;
 // accept() on listener `ls` returned `fd`, tracked as `s`.
 void on_accept(Socket &ls, int fd, Socket &s) noexcept;
 
-// The program passes `s` on with SCM_RIGHTS (before the message is sent): a connection
-// still being decided stays on TCP (Conn::note_passed), and an RDMA request parked for
-// it is declined at once.
+// The program passes `s` on with SCM_RIGHTS (before the message is sent): the receiver
+// may be another process, which uses the kernel socket.  A server connection still being
+// decided stays on TCP (Conn::note_passed), and an RDMA request parked for it is
+// declined at once; any other goes back to its TCP socket first, as at exec
+// (Conn::leave), bounded by RDMASOCK_FALLBACK_WAIT_MS.
 void on_passed(Socket &s) noexcept;
 
 // The operator's view (preload/report.hh): `open` makes its socket when the engine
@@ -50,7 +52,7 @@ void at_exit() noexcept;
 
 // execve() and its family, before the call: the new program uses the inherited sockets
 // through the kernel alone.  Each connection of this process goes back to its TCP
-// socket first (Conn::before_exec: a negotiation ends, a connection on RDMA falls back,
+// socket first (Conn::leave: a negotiation ends, a connection on RDMA falls back,
 // one that cannot is reset), bounded by RDMASOCK_FALLBACK_WAIT_MS in all; the closed
 // ones still sending their last bytes are waited for as at exit.
 void before_exec() noexcept;

@@ -1774,10 +1774,17 @@ void servers_fork_live(const std::string &mode)
 // then the EOF.  close: the whole stream both ways on RDMA, then an exec of /bin/true
 // with the socket close-on-exec: the server reads every byte, then the EOF, as after a
 // kernel TCP socket's close (before, the server got a reset: the queue pair ended
-// without a FIN).
+// without a FIN).  pass (servers/pass_after: issue 17, point 3): as after, but the
+// connection goes with SCM_RIGHTS to a new process (a dispatcher handing a connection
+// it has read from to a worker), which goes on with it over the kernel socket (before,
+// the peer's bytes went on over RDMA to the first process, which had closed its copy:
+// lost).  pass_after_mmsg: with sendmmsg().
 void servers_exec_self(const std::string &when, bool async, bool nolib)
 {
-    const std::string name = "servers/exec_" + when + (async ? "_async" : "") + (nolib ? "_nolib" : "");
+    const bool pass = when.rfind("pass", 0) == 0, after = when == "after" || pass;
+    const std::string name = (when == "pass-mmsg" ? "servers/pass_after_mmsg" : pass ? "servers/pass_after"
+                                                                                     : "servers/exec_" + when) +
+                             (async ? "_async" : "") + (nolib ? "_nolib" : "");
     const int64_t n = 2 << 20;
     Side s = async ? async_side() : Side{}, c = async ? async_side() : Side{};
     s.args = {"--plan", "2M:2M:write", "--echo"};
@@ -1792,9 +1799,9 @@ void servers_exec_self(const std::string &when, bool async, bool nolib)
         if (l.rfind("exec_from ", 0) == 0)
             from = parse_kv(l.substr(10));
     BOOST_CHECK_MESSAGE(!from.empty(), name << ": the client printed no exec_from line\n" << pr.describe());
-    if (when == "after")
+    if (after)
         BOOST_CHECK_MESSAGE(field(from, "transport") == "rdma" && num(from, "received") < num(from, "sent"),
-                            name << ": at the exec the connection was not on RDMA with echo bytes unread\n"
+                            name << ": at the exec (pass) the connection was not on RDMA with echo bytes unread\n"
                                  << pr.describe());
     if (when == "close")
         BOOST_CHECK_MESSAGE(field(from, "transport") == "rdma" && num(from, "received") == static_cast<uint64_t>(n),
@@ -1824,9 +1831,10 @@ void servers_exec_self(const std::string &when, bool async, bool nolib)
         return Fields{};
     };
     const Fields cf = fallback_line(pr.client), sfb = fallback_line(pr.server);
-    BOOST_CHECK_MESSAGE(pr.client.log.find("why=\"the program exec'd\"") != std::string::npos && !sfb.empty(),
-                        name << ": no fallback for the exec in the logs\n" << pr.describe());
-    if (when == "after")
+    const char *why = pass ? "why=\"the program passed the socket on\"" : "why=\"the program exec'd\"";
+    BOOST_CHECK_MESSAGE(pr.client.log.find(why) != std::string::npos && !sfb.empty(),
+                        name << ": no fallback for the exec (pass) in the logs\n" << pr.describe());
+    if (after)
         BOOST_CHECK_MESSAGE(num(cf, "residue_bytes") > 0 && num(cf, "residue_bytes") != ~0ull &&
                                 num(sfb, "resend_bytes") >= num(cf, "residue_bytes"),
                             name << ": the client's ring held " << field(cf, "residue_bytes")
@@ -3815,6 +3823,9 @@ bool init_tests()
     add(srv, "exec_after_nolib", [] { servers_exec_self("after", false, true); });
     add(srv, "exec_before_async", [] { servers_exec_self("before", true, false); });
     add(srv, "exec_close_async", [] { servers_exec_self("close", true, false); });
+    add(srv, "pass_after", [] { servers_exec_self("pass", false, false); });
+    add(srv, "pass_after_async", [] { servers_exec_self("pass", true, false); });
+    add(srv, "pass_after_mmsg_async", [] { servers_exec_self("pass-mmsg", true, false); });
     master.add(srv);
 
     auto *fb = BOOST_TEST_SUITE("fallback");

@@ -41,7 +41,13 @@
 // still under way).  The old image prints "exec_from transport=... sent=N received=N"
 // first.  --exec-env-clean: the new image runs without LD_PRELOAD.  close: once on RDMA,
 // the whole stream both ways, then an exec of /bin/true with the socket close-on-exec
-// (the exec closes it; the server must read the EOF after every byte).
+// (the exec closes it; the server must read the EOF after every byte).  pass: as after,
+// but instead of the exec the connection goes with SCM_RIGHTS to a new image of this
+// program (forked and exec'd then: a process of its own, no fork copy of the
+// connection), which goes on with the stream (--receive-from FD: the socketpair end
+// the descriptor and "SENT:RECEIVED" come on); the first process closes its copy and
+// exits with the receiver's status.  pass-mmsg: the same with sendmmsg(), the
+// descriptor in its second message.
 // --wait-mode poll|select|epoll: nonblocking socket, every EAGAIN waits for
 // readiness (10 s without it is a lost wake-up).
 //
@@ -135,6 +141,7 @@ struct Options {
     std::string exec_self;      // client: exec itself mid-connection (after|before the switch)
     bool exec_env_clean = false;  // ... into an environment without LD_PRELOAD
     int cont_fd = -1;             // --exec-continue: the inherited connection, and where it was
+    int recv_from = -1;           // --receive-from: where the passed connection comes
     uint64_t cont_sent = 0, cont_received = 0;
     bool push = false;        // server: write only, never read
     int stall_ms = 0;         // SO_RCVTIMEO/SO_SNDTIMEO on stream connections
@@ -701,11 +708,94 @@ std::string fork_child(int fd)
 
 char **g_argv = nullptr;
 
+// --exec-self pass: the receiver, a new image of this program started now, gets `fd`
+// and `counts` over a socketpair; this process closes its copy and ends as it does.
+[[noreturn]] void pass_on(int fd, std::vector<std::string> args, const std::string &counts)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        die("socketpair: %s", strerror(errno));
+    args.push_back("--receive-from");
+    args.push_back(std::to_string(sv[1]));
+    std::vector<char *> argv;
+    for (auto &a : args)
+        argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        fcntl(sv[1], F_SETFD, 0);
+        execv("/proc/self/exe", argv.data());
+        _exit(kCallFailed);
+    }
+    close(sv[1]);
+    char ctl[CMSG_SPACE(sizeof(int))] = {};
+    iovec iov{const_cast<char *>(counts.data()), counts.size()};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    if (opt.exec_self == "pass-mmsg") {  // (sendmmsg: an empty message first)
+        char none = 0;
+        iovec iov0{&none, 1};
+        mmsghdr v[2] = {};
+        v[0].msg_hdr.msg_iov = &iov0;
+        v[0].msg_hdr.msg_iovlen = 1;
+        v[1].msg_hdr = m;
+        if (sendmmsg(sv[0], v, 2, 0) != 2)
+            die("sendmmsg SCM_RIGHTS: %s", strerror(errno));
+    } else if (sendmsg(sv[0], &m, 0) != static_cast<ssize_t>(counts.size())) {
+        die("sendmsg SCM_RIGHTS: %s", strerror(errno));
+    }
+    close(fd);
+    close(sv[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : kCallFailed);
+}
+
+// --receive-from: the connection --exec-self pass sends, and where it was.
+void receive_passed()
+{
+    char data[64] = {}, ctl[CMSG_SPACE(sizeof(int))] = {};
+    iovec iov{data, sizeof data - 1};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    if (opt.exec_self == "pass-mmsg") {
+        char none = 1;
+        if (read(opt.recv_from, &none, 1) != 1 || none != 0)
+            die("receive-from: no empty message first");
+    }
+    const ssize_t r = recvmsg(opt.recv_from, &m, MSG_CMSG_CLOEXEC);
+    cmsghdr *cm = r > 0 ? CMSG_FIRSTHDR(&m) : nullptr;
+    if (cm == nullptr || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int)))
+        die("receive-from: no descriptor (%s)", r < 0 ? strerror(errno) : "none in the message");
+    memcpy(&opt.cont_fd, CMSG_DATA(cm), sizeof(int));
+    unsigned long long sent = 0, received = 0;
+    if (sscanf(data, "%llu:%llu", &sent, &received) != 2)
+        die("receive-from: counts [%s]", data);
+    opt.cont_sent = sent;
+    opt.cont_received = received;
+    close(opt.recv_from);
+}
+
 // --exec-self: the first image's part of the connection, then the exec (which returns
-// only when it failed).
+// only when it failed), or the pass.
 void exec_self(int fd, const Entry &e, Counts &c)
 {
-    const bool before = opt.exec_self == "before", close = opt.exec_self == "close";
+    const bool before = opt.exec_self == "before", close = opt.exec_self == "close",
+               pass = opt.exec_self == "pass" || opt.exec_self == "pass-mmsg";
     if (!before) {
         for (long long t0 = now_us(); !is_rdma(fd) && now_us() - t0 < 20000000;)
             usleep(10000);
@@ -729,8 +819,13 @@ void exec_self(int fd, const Entry &e, Counts &c)
     std::vector<std::string> args;
     for (char **a = g_argv; *a != nullptr; ++a)
         args.push_back(*a);
+    const std::string counts = std::to_string(c.sent.load()) + ":" + std::to_string(c.received.load());
+    if (pass) {
+        pass_on(fd, args, counts);
+        return;  // (not reached)
+    }
     args.push_back("--exec-continue");
-    args.push_back(std::to_string(fd) + ":" + std::to_string(c.sent.load()) + ":" + std::to_string(c.received.load()));
+    args.push_back(std::to_string(fd) + ":" + counts);
     std::vector<char *> argv;
     for (auto &a : args)
         argv.push_back(a.data());
@@ -1949,7 +2044,9 @@ int client_main()
         // switch): let it end, so that the measured connects share the CPU with nothing.
         usleep(300 * 1000);
     }
-    if (opt.cont_fd >= 0) {  // (--exec-continue: the connection the old image made)
+    if (opt.recv_from >= 0)
+        receive_passed();
+    if (opt.cont_fd >= 0) {  // (--exec-continue, --receive-from: the connection the old image made)
         serve_connection(opt.cont_fd, 0, 0);
         return g_exit;
     }
@@ -2030,7 +2127,7 @@ void usage()
             "       [--plan C2S:S2C[:API[:bidir]],...] [--chunk N] [--banner N] [--echo] [--expect-echo]\n"
             "       [--close-exit] [--nonblock-connect] [--wait-decided] [--shutdown-decided]\n"
             "       [--hold-ms N] [--accept-delay-ms N] [--first-accept-delay-ms N]\n"
-            "       [--close-listener] [--exec-self after|before|close [--exec-env-clean]]\n"
+            "       [--close-listener] [--exec-self after|before|close|pass|pass-mmsg [--exec-env-clean]]\n"
             "       [--wait-mode poll|select|epoll] [--push] [--stall-ms N]\n"
             "       [--warmup ADDR:PORT] [--pause-ms N] [--fionread-banner]\n"
             "       [--scenario NAME,NAME,... | --helper] [--allow-tcp]\n"
@@ -2115,6 +2212,7 @@ int main(int argc, char **argv)
         {"reuseport", no_argument, nullptr, 'R'},
         {"exec-self", required_argument, nullptr, 'X'}, {"exec-env-clean", no_argument, nullptr, 'Y'},
         {"exec-continue", required_argument, nullptr, 'Z'},
+        {"receive-from", required_argument, nullptr, 'V'},
         {nullptr, 0, nullptr, 0}};
     optind = 2;
     int ch;
@@ -2152,7 +2250,8 @@ int main(int argc, char **argv)
         case 'R': opt.reuseport = true; break;
         case 'X':
             opt.exec_self = optarg;
-            if (opt.exec_self != "after" && opt.exec_self != "before" && opt.exec_self != "close")
+            if (opt.exec_self != "after" && opt.exec_self != "before" && opt.exec_self != "close" &&
+                opt.exec_self != "pass" && opt.exec_self != "pass-mmsg")
                 usage();
             break;
         case 'Y': opt.exec_env_clean = true; break;
@@ -2165,6 +2264,7 @@ int main(int argc, char **argv)
             opt.cont_received = strtoull(v[2].c_str(), nullptr, 10);
             break;
         }
+        case 'V': opt.recv_from = atoi(optarg); break;
         case 'u': opt.push = true; break;
         case 'z': opt.stall_ms = atoi(optarg); break;
         case 'y': opt.warmup = optarg; break;
