@@ -670,15 +670,22 @@ namespace {
 // maybe another process, can only use the kernel socket.  (Also to this process itself:
 // nothing tells reliably where the message goes.  SO_PEERCRED names the process that
 // made a socketpair, a fork's parent.)
-void before_pass(const msghdr *msg) noexcept
+void before_pass(const msghdr *const *msgs, size_t n) noexcept
 {
-    if (msg == nullptr)
-        return;
     ErrnoGuard g;
-    for_each_passed_fd(msg, [](int passed) {
-        if (SocketRef p = fdt::get(passed); p && p->transport != nullptr)
-            offload::on_passed(*p);
-    });
+    std::vector<SocketRef> refs;  // (held: the sockets stay while they are seen to)
+    for (size_t i = 0; i < n; ++i)
+        if (msgs[i] != nullptr)
+            for_each_passed_fd(msgs[i], [&refs](int passed) {
+                if (SocketRef p = fdt::get(passed); p && p->transport != nullptr)
+                    refs.push_back(std::move(p));
+            });
+    if (refs.empty())
+        return;
+    std::vector<Socket *> socks;
+    for (const SocketRef &r : refs)
+        socks.push_back(&*r);
+    offload::on_passed(socks.data(), socks.size());
 }
 }  // namespace
 
@@ -686,7 +693,7 @@ ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept
 {
     SocketRef s = offloaded_socket(fd);
     if (!s) {
-        before_pass(msg);
+        before_pass(&msg, 1);
         return RS_REAL(sendmsg)(fd, msg, flags);
     }
     InCall in(*s);
@@ -697,8 +704,10 @@ int sendmmsg(int fd, mmsghdr *vec, unsigned int vlen, int flags) noexcept
 {
     SocketRef s = offloaded_socket(fd);
     if (!s) {
+        std::vector<const msghdr *> msgs;
         for (unsigned i = 0; vec != nullptr && i < vlen; ++i)
-            before_pass(&vec[i].msg_hdr);
+            msgs.push_back(&vec[i].msg_hdr);
+        before_pass(msgs.data(), msgs.size());
         return RS_REAL(sendmmsg)(fd, vec, vlen, flags);
     }
     InCall in(*s);

@@ -35,7 +35,7 @@
     RS_EXPORT ret name params noexcept                                         \
     {                                                                          \
         if (__builtin_expect(!::rdmasock::fdt::offloaded(fd), 1) &&            \
-            __builtin_expect(!(ctl) || ::rdmasock::shim::engine() == nullptr, 1)) \
+            __builtin_expect(::rdmasock::shim::engine() == nullptr || !(ctl), 1)) \
             return RS_REAL(name) args;                                         \
         RS_ENGINE_OR_REAL(name, args);                                         \
     }

@@ -310,6 +310,13 @@ void Conn::leave(Clock::time_point until, Leaving how) noexcept
     if (!st.broken() && !fb_.active() && !awaiting_ && st.peer_closed && ring_.avail() == 0 &&
         (side_ == Side::server || at_peer_frame_locked()))
         return;  // (the peer reads nothing more and sent all it will: its kernel's EOF follows)
+    // From here a fallback that starts, ours or (while the lock is dropped) one the
+    // progress thread starts for the peer's frame, leaves the ring's residue to be resent.
+    struct LeavingFlag {
+        bool &on;
+        explicit LeavingFlag(bool &f) noexcept : on(f) { on = true; }
+        ~LeavingFlag() { on = false; }
+    } leaving(leaving_);
     // Just switched: a server's PREFIX must have completed (the client finds our frame
     // after the bytes it counts), a client's CONFIRM be whole in the stream and the
     // server's PREFIX in.
@@ -328,7 +335,6 @@ void Conn::leave(Clock::time_point until, Leaving how) noexcept
         leave_fail_locked(how, "with the server's bytes from before its switch unread");
         return;
     }
-    leaving_ = true;
     // The peer's queue pair ended already (it fell back, exec'd or died): its frame
     // starts ours, or none comes.
     while (!st.broken() && awaiting_ && !fb_.active() && !closed_ && Clock::now() < until) {
@@ -347,9 +353,12 @@ void Conn::leave(Clock::time_point until, Leaving how) noexcept
             break;
         nap(static_cast<short>((fb_.in_done() ? 0 : POLLIN) | (fb_.out_done() ? 0 : POLLOUT)));
     }
-    leaving_ = false;
-    if (closed_ || (started && !st.broken() && fb_.out_done() && fb_.in_done()))
+    if (closed_)
         return;
+    if (started && !st.broken() && fb_.out_done() && fb_.in_done()) {
+        update_shadows_locked(true);  // (after a pass the program's waits go on: the kernel socket's readiness)
+        return;
+    }
     leave_fail_locked(how, "and the connection could not go back to its TCP socket first");
 }
 

@@ -1385,18 +1385,11 @@ void hand_back(const std::vector<std::shared_ptr<Conn>> &conns, Conn::Leaving ho
 }
 }  // namespace
 
-void on_passed(Socket &s) noexcept
+namespace {
+// A server connection passed while still being decided: an RDMA request parked for it
+// is declined at once (it stays known: one that comes later is declined as late).
+void decline_passed(Conn *c) noexcept
 {
-    Conn *c = Conn::of(s.transport);
-    if (c == nullptr || g_engine == nullptr)
-        return;
-    if (!c->note_passed()) {  // (a pass to this process itself cannot be told from one to another)
-        if (std::shared_ptr<Conn> p = c->self())
-            hand_back({p}, Conn::Leaving::pass);
-        return;
-    }
-    // The connection stays known (a request that comes later is declined as late); only
-    // one that waits already is answered now.
     std::shared_ptr<rdma::CmId> drop;
     std::lock_guard<std::mutex> lk(g_engine->mu);
     auto kit = g_engine->keys.find(c);
@@ -1404,6 +1397,27 @@ void on_passed(Socket &s) noexcept
         return;
     if (auto pit = g_engine->parked.find(kit->second); pit != g_engine->parked.end())
         drop = decline_parked_locked(g_engine, pit);
+}
+}  // namespace
+
+void on_passed(Socket *const *socks, size_t n) noexcept
+{
+    if (g_engine == nullptr)
+        return;
+    // (A pass to this process itself cannot be told from one to another.)
+    std::vector<std::shared_ptr<Conn>> back;
+    for (size_t i = 0; i < n; ++i) {
+        Conn *c = Conn::of(socks[i]->transport);
+        if (c == nullptr)
+            continue;
+        if (c->note_passed()) {
+            decline_passed(c);
+        } else if (std::shared_ptr<Conn> p = c->self(); p && std::find(back.begin(), back.end(), p) == back.end()) {
+            back.push_back(std::move(p));
+        }
+    }
+    if (!back.empty())
+        hand_back(back, Conn::Leaving::pass);
 }
 
 namespace {

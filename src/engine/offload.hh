@@ -35,7 +35,9 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept;
 // decided stays on TCP (Conn::note_passed), and an RDMA request parked for it is
 // declined at once; any other goes back to its TCP socket first, as at exec
 // (Conn::leave), bounded by RDMASOCK_FALLBACK_WAIT_MS.
-void on_passed(Socket &s) noexcept;
+// The connections of one sendmsg() or sendmmsg() (`n` sockets, a dup's twice) are seen
+// to together, as at exec.
+void on_passed(Socket *const *socks, size_t n) noexcept;
 
 // The operator's view (preload/report.hh): `open` makes its socket when the engine
 // starts, `answer` runs on the progress thread when it is readable.

@@ -1779,6 +1779,24 @@ void servers_fork_live(const std::string &mode)
 // it has read from to a worker), which goes on with it over the kernel socket (before,
 // the peer's bytes went on over RDMA to the first process, which had closed its copy:
 // lost).  pass_after_mmsg: with sendmmsg().
+// The line a peer prints before its exec or pass (peer --exec-self, --pass-after).
+Fields exec_from_line(const PeerRun &p)
+{
+    for (const auto &l : split_lines(p.out))
+        if (l.rfind("exec_from ", 0) == 0)
+            return parse_kv(l.substr(10));
+    return Fields{};
+}
+
+// The first fallback line of a peer's log (its fields), empty when there is none.
+Fields fallback_line(const PeerRun &p)
+{
+    for (const auto &l : split_lines(p.log))
+        if (auto at = l.find("event=fallback "); at != std::string::npos)
+            return parse_kv(l.substr(at));
+    return Fields{};
+}
+
 void servers_exec_self(const std::string &when, bool async, bool nolib)
 {
     const bool pass = when.rfind("pass", 0) == 0, after = when == "after" || pass;
@@ -1794,10 +1812,7 @@ void servers_exec_self(const std::string &when, bool async, bool nolib)
     Pair pr = run_pair(name, s, c);
     expect_clean_exit(pr.server, name);
     expect_clean_exit(pr.client, name);
-    Fields from;
-    for (const auto &l : split_lines(pr.client.out))
-        if (l.rfind("exec_from ", 0) == 0)
-            from = parse_kv(l.substr(10));
+    const Fields from = exec_from_line(pr.client);
     BOOST_CHECK_MESSAGE(!from.empty(), name << ": the client printed no exec_from line\n" << pr.describe());
     if (after)
         BOOST_CHECK_MESSAGE(field(from, "transport") == "rdma" && num(from, "received") < num(from, "sent"),
@@ -1824,12 +1839,6 @@ void servers_exec_self(const std::string &when, bool async, bool nolib)
         return;
     // The fallback lines: the client's for the exec; with echo bytes unread in its ring
     // (after), the server resends at least those (our count was what the program read).
-    auto fallback_line = [](const PeerRun &p) {
-        for (const auto &l : split_lines(p.log))
-            if (auto at = l.find("event=fallback "); at != std::string::npos)
-                return parse_kv(l.substr(at));
-        return Fields{};
-    };
     const Fields cf = fallback_line(pr.client), sfb = fallback_line(pr.server);
     const char *why = pass ? "why=\"the program passed the socket on\"" : "why=\"the program exec'd\"";
     BOOST_CHECK_MESSAGE(pr.client.log.find(why) != std::string::npos && !sfb.empty(),
@@ -1840,6 +1849,42 @@ void servers_exec_self(const std::string &when, bool async, bool nolib)
                             name << ": the client's ring held " << field(cf, "residue_bytes")
                                  << " unread bytes at the exec, the server resent " << field(sfb, "resend_bytes")
                                  << " (want > 0, and at least those)\n" << pr.describe());
+}
+
+// A dispatcher (issue 17, point 3): the echo server reads and echoes the first 1 MiB,
+// then passes the connection with SCM_RIGHTS to a new process (peer --pass-after), which
+// echoes the rest over the kernel socket.  At the pass the connection is on RDMA with
+// bytes of the client's arrived unread in the ring: the server's library falls back
+// first, the client resends them over TCP.  Every byte arrives once and in order at both
+// ends, then the EOF.
+void servers_pass_worker(bool async)
+{
+    const std::string name = std::string("servers/pass_to_worker") + (async ? "_async" : "");
+    const int64_t n = 2 << 20;
+    Side s = async ? async_side() : Side{}, c = async ? async_side() : Side{};
+    s.args = {"--plan", "2M:2M:write", "--echo", "--pass-after", "1048576"};
+    c.args = {"--plan", "2M:2M:write", "--expect-echo", "--wait-rdma"};
+    Pair pr = run_pair(name, s, c);
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    const Fields from = exec_from_line(pr.server);
+    BOOST_CHECK_MESSAGE(field(from, "transport") == "rdma" && num(from, "received") == 1048576,
+                        name << ": at the pass the server's connection was not on RDMA after 1 MiB\n" << pr.describe());
+    const Fields *f = pr.server.conn(0);
+    BOOST_CHECK_MESSAGE(f != nullptr && num(*f, "sent") == static_cast<uint64_t>(n) &&
+                            num(*f, "received") == static_cast<uint64_t>(n) && field(*f, "eof") == "1" &&
+                            field(*f, "transport") == "none" && f->count("exec_continued"),
+                        name << ": the worker did not finish the stream on the kernel socket\n" << pr.describe());
+    expect_conn(pr.client, 0, "tcp", {"fell_back"}, n, n, name);
+    BOOST_CHECK_MESSAGE(pr.server.log.find("why=\"the program passed the socket on\"") != std::string::npos,
+                        name << ": no fallback for the pass in the server's log\n" << pr.describe());
+    // The client's bytes the server's ring held unread at the pass: resent over TCP.
+    const Fields sfb = fallback_line(pr.server), cfb = fallback_line(pr.client);
+    BOOST_CHECK_MESSAGE(num(sfb, "residue_bytes") > 0 && num(sfb, "residue_bytes") != ~0ull &&
+                            num(cfb, "resend_bytes") >= num(sfb, "residue_bytes"),
+                        name << ": the server's ring held " << field(sfb, "residue_bytes")
+                             << " unread bytes at the pass, the client resent " << field(cfb, "resend_bytes")
+                             << " (want > 0, and at least those)\n" << pr.describe());
 }
 
 // A pre-fork echo server and a client that writes 1 MB in calls of 1 to 64 bytes: many
@@ -3826,6 +3871,8 @@ bool init_tests()
     add(srv, "pass_after", [] { servers_exec_self("pass", false, false); });
     add(srv, "pass_after_async", [] { servers_exec_self("pass", true, false); });
     add(srv, "pass_after_mmsg_async", [] { servers_exec_self("pass-mmsg", true, false); });
+    add(srv, "pass_to_worker", [] { servers_pass_worker(false); });
+    add(srv, "pass_to_worker_async", [] { servers_pass_worker(true); });
     master.add(srv);
 
     auto *fb = BOOST_TEST_SUITE("fallback");

@@ -47,7 +47,11 @@
 // connection), which goes on with the stream (--receive-from FD: the socketpair end
 // the descriptor and "SENT:RECEIVED" come on); the first process closes its copy and
 // exits with the receiver's status.  pass-mmsg: the same with sendmmsg(), the
-// descriptor in its second message.
+// descriptor in its second message.  --pass-after N (an --echo server: a dispatcher
+// that reads a request, then hands the connection to a worker): N bytes echoed, then the
+// same pass to a new image, which echoes the rest.  --wait-rdma (client, seq plans):
+// the stream starts once the connection is on RDMA (20 s at most; the default mode
+// switches in the background).
 // --wait-mode poll|select|epoll: nonblocking socket, every EAGAIN waits for
 // readiness (10 s without it is a lost wake-up).
 //
@@ -142,6 +146,8 @@ struct Options {
     bool exec_env_clean = false;  // ... into an environment without LD_PRELOAD
     int cont_fd = -1;             // --exec-continue: the inherited connection, and where it was
     int recv_from = -1;           // --receive-from: where the passed connection comes
+    uint64_t pass_after = 0;      // --pass-after N (echo server): then to a new process
+    bool wait_rdma = false;       // --wait-rdma (client, seq plans): the stream once on RDMA
     uint64_t cont_sent = 0, cont_received = 0;
     bool push = false;        // server: write only, never read
     int stall_ms = 0;         // SO_RCVTIMEO/SO_SNDTIMEO on stream connections
@@ -595,13 +601,13 @@ void do_shutdown_wr(int fd)
 }
 
 // The server side of --echo: verify the client's pattern, send it back.
-void echo(int fd, uint64_t expect, Counts &c)
+void echo(int fd, uint64_t expect, Counts &c, uint64_t start = 0, uint64_t stop = ~0ull)
 {
     std::vector<uint8_t> buf(opt.chunk);
-    uint64_t off = 0;
+    uint64_t off = start;
     bool mismatch = false;
-    for (;;) {
-        ssize_t r = read(fd, buf.data(), buf.size());
+    while (off < stop) {
+        ssize_t r = read(fd, buf.data(), static_cast<size_t>(std::min<uint64_t>(buf.size(), stop - off)));
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
@@ -635,6 +641,8 @@ void echo(int fd, uint64_t expect, Counts &c)
             c.sent += static_cast<uint64_t>(k);
         }
     }
+    if (off == stop)
+        return;  // (--pass-after: the rest is the receiver's)
     if (off != expect)
         errorf(kMismatch, "echo: got %" PRIu64 " bytes, want %" PRIu64, off, expect);
     do_shutdown_wr(fd);
@@ -891,6 +899,24 @@ void stream(int fd, const Entry &e, Counts &c, std::string &extra)
         }
     }
     if (opt.echo) {
+        if (opt.recv_from >= 0) {  // (--pass-after's receiver)
+            c.sent = opt.cont_sent;
+            c.received = opt.cont_received;
+            echo(fd, to_recv, c, opt.cont_received);
+            extra += " exec_continued=1";
+            return;
+        }
+        if (opt.pass_after > 0) {
+            echo(fd, to_recv, c, 0, opt.pass_after);
+            out_line("exec_from " + info_fields(fd) + " sent=" + std::to_string(c.sent.load()) +
+                     " received=" + std::to_string(c.received.load()));
+            if (g_exit != kOk)
+                die("pass: not with the stream broken (above)");
+            std::vector<std::string> args;
+            for (char **a = g_argv; *a != nullptr; ++a)
+                args.push_back(*a);
+            pass_on(fd, args, std::to_string(c.sent.load()) + ":" + std::to_string(c.received.load()));
+        }
         echo(fd, to_recv, c);
         return;
     }
@@ -923,6 +949,8 @@ void stream(int fd, const Entry &e, Counts &c, std::string &extra)
     if (client && !opt.exec_self.empty())
         exec_self(fd, e, c);
     if (client) {
+        for (long long t0 = now_us(); opt.wait_rdma && !is_rdma(fd) && now_us() - t0 < 20000000;)
+            usleep(10000);
         long long t0 = now_us();
         send_stream(fd, 0, to_send, out_salt, c);
         extra += " send_ms=" + std::to_string((now_us() - t0) / 1000);
@@ -2044,8 +2072,6 @@ int client_main()
         // switch): let it end, so that the measured connects share the CPU with nothing.
         usleep(300 * 1000);
     }
-    if (opt.recv_from >= 0)
-        receive_passed();
     if (opt.cont_fd >= 0) {  // (--exec-continue, --receive-from: the connection the old image made)
         serve_connection(opt.cont_fd, 0, 0);
         return g_exit;
@@ -2128,6 +2154,7 @@ void usage()
             "       [--close-exit] [--nonblock-connect] [--wait-decided] [--shutdown-decided]\n"
             "       [--hold-ms N] [--accept-delay-ms N] [--first-accept-delay-ms N]\n"
             "       [--close-listener] [--exec-self after|before|close|pass|pass-mmsg [--exec-env-clean]]\n"
+            "       [--pass-after N] [--wait-rdma]\n"
             "       [--wait-mode poll|select|epoll] [--push] [--stall-ms N]\n"
             "       [--warmup ADDR:PORT] [--pause-ms N] [--fionread-banner]\n"
             "       [--scenario NAME,NAME,... | --helper] [--allow-tcp]\n"
@@ -2212,7 +2239,8 @@ int main(int argc, char **argv)
         {"reuseport", no_argument, nullptr, 'R'},
         {"exec-self", required_argument, nullptr, 'X'}, {"exec-env-clean", no_argument, nullptr, 'Y'},
         {"exec-continue", required_argument, nullptr, 'Z'},
-        {"receive-from", required_argument, nullptr, 'V'},
+        {"receive-from", required_argument, nullptr, 'V'}, {"pass-after", required_argument, nullptr, '1'},
+        {"wait-rdma", no_argument, nullptr, '2'},
         {nullptr, 0, nullptr, 0}};
     optind = 2;
     int ch;
@@ -2265,6 +2293,8 @@ int main(int argc, char **argv)
             break;
         }
         case 'V': opt.recv_from = atoi(optarg); break;
+        case '1': opt.pass_after = strtoull(optarg, nullptr, 10); break;
+        case '2': opt.wait_rdma = true; break;
         case 'u': opt.push = true; break;
         case 'z': opt.stall_ms = atoi(optarg); break;
         case 'y': opt.warmup = optarg; break;
@@ -2279,7 +2309,14 @@ int main(int argc, char **argv)
     if (opt.addr.empty() || (!opt.server && opt.port == 0 && opt.ports.empty()) || opt.chunk == 0 ||
         opt.conns < 1)
         usage();
-    int rc = opt.server ? server_main() : client_main();
+    int rc = kOk;
+    if (opt.recv_from >= 0) {  // (the receiver of --exec-self pass or --pass-after: its one connection)
+        receive_passed();
+        serve_connection(opt.cont_fd, 0, 0);
+        rc = g_exit;
+    } else {
+        rc = opt.server ? server_main() : client_main();
+    }
     fflush(stdout);
     return rc;
 }
