@@ -26,6 +26,8 @@ const Table g_table = {
 // exit(): flush offloaded connections (their bytes reach the peer before its EOF).
 __attribute__((destructor(101))) void rdmasock_unload() noexcept
 {
+    if (offload::foreign_child())
+        return;  // (the connections, and their lines, are the parent's)
     hook::flush_streams();            // stdio streams on connections (C's own flush comes later)
     hook::finish_deferred_at_exit();  // closed by the program, calls still blocked
     hook::close_lines_at_exit();      // left open by the program

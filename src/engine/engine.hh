@@ -111,6 +111,10 @@ public:
     // descriptors its set-up will need later on the progress thread (completion
     // channels, kits::prepare_channels).
     void prepare() noexcept;
+    // The process the engine started in.  A child made without the library's fork()
+    // (_Fork, a raw clone or fork system call) still sees the parent's engine and
+    // connections: it must leave them alone (offload::ours()).
+    const pid_t pid = getpid();
 
     std::mutex mu;  // guards everything below
     std::map<Conn *, std::shared_ptr<Conn>> conns;   // live connections with an id

@@ -1371,7 +1371,12 @@ void on_close(int fd, Socket &s) noexcept
     c->mark_closed();
 }
 
+bool foreign_child() noexcept { return g_engine != nullptr && g_engine->pid != getpid(); }
+
 namespace {
+// An engine, and this process's (foreign_child).
+bool ours() noexcept { return g_engine != nullptr && !foreign_child(); }
+
 // Every connection of `conns` back to its TCP socket (Conn::leave), bounded by
 // RDMASOCK_FALLBACK_WAIT_MS in all: every fallback that can start does first, so that
 // the peers answer together.
@@ -1402,7 +1407,7 @@ void decline_passed(Conn *c) noexcept
 
 void on_passed(Socket *const *socks, size_t n) noexcept
 {
-    if (g_engine == nullptr)
+    if (!ours())
         return;
     // (A pass to this process itself cannot be told from one to another.)
     std::vector<std::shared_ptr<Conn>> back;
@@ -1440,7 +1445,7 @@ void wait_for_drains() noexcept
 
 void at_exit() noexcept
 {
-    if (g_engine == nullptr)
+    if (!ours())
         return;
     // First every server socket takes no RDMA request from now on (the closes below may
     // each wait a while): one still in maybe stays on TCP.  (Under TSan's timing a
@@ -1471,7 +1476,7 @@ void at_exit() noexcept
 
 void before_exec() noexcept
 {
-    if (g_engine == nullptr)
+    if (!ours())
         return;  // (nothing of ours in any stream; also a fork child's copies: the parent's)
     // Each connection once, whatever its numbers (a dup shares it), close-on-exec or not:
     // one the exec closes then ends as the kernel's close ends it (every byte, then the

@@ -59,6 +59,11 @@ void at_exit() noexcept;
 // ones still sending their last bytes are waited for as at exit.
 void before_exec() noexcept;
 
+// A child the library's fork() did not make (_Fork, a raw clone or fork system call):
+// the engine and its connections are the parent's, which the child's exit and exec
+// must not end or hand back.
+bool foreign_child() noexcept;
+
 // Held across fork() (by the thread that forks, released in parent and child): what
 // the child inherits is consistent.
 void lock_for_fork() noexcept;

@@ -1756,7 +1756,9 @@ void servers_fork_per_conn(bool async)
 // copy (close; close every descriptor; exit(3), which runs the library's exit step;
 // exec with the descriptor inherited; use it: a write and a read both fail, sending
 // nothing) and ends while the parent waits, then the parent goes on.  The parent's
-// connection stays on RDMA, byte-exact at both ends.
+// connection stays on RDMA, byte-exact at both ends.  raw-exit, raw-exec: the child made
+// by _Fork(), which the library's fork() does not see (before, its exit sent the
+// parent's FIN, its exec handed the parent's connection back to TCP).
 void servers_fork_live(const std::string &mode)
 {
     Side s, c;
@@ -3860,7 +3862,7 @@ bool init_tests()
     add(srv, "prefork2_reuseport", [] { servers_prefork(2, false, true); });
     add(srv, "prefork_echo", servers_prefork_echo);
     add(srv, "fork_per_conn", [] { servers_fork_per_conn(false); });
-    for (std::string m : {"close", "closeall", "exit", "exec", "use"})
+    for (std::string m : {"close", "closeall", "exit", "exec", "use", "raw-exit", "raw-exec"})
         add(srv, "fork_live_" + m, [m] { servers_fork_live(m); });
     add(srv, "fork_per_conn_async", [] { servers_fork_per_conn(true); });
     add(srv, "exec_after", [] { servers_exec_self("after", false, false); });

@@ -672,9 +672,12 @@ long long wait_decided(int fd)
 // waits for it).  Returns "MODE:ok", or "MODE:status" (the child's exit status).
 std::string fork_child(int fd)
 {
-    const std::string &m = opt.fork_child;
+    // raw-exit, raw-exec: exit, exec, in a child made by _Fork() (no fork handlers: the
+    // library's fork() does not run, and the child sees the parent's connections).
+    const bool raw = opt.fork_child.rfind("raw-", 0) == 0;
+    const std::string m = raw ? opt.fork_child.substr(4) : opt.fork_child;
     fflush(stdout);
-    pid_t p = fork();
+    pid_t p = raw ? _Fork() : fork();
     if (p < 0)
         die("fork: %s", strerror(errno));
     if (p == 0) {
@@ -709,9 +712,9 @@ std::string fork_child(int fd)
     while (waitpid(p, &st, 0) < 0 && errno == EINTR) {
     }
     if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
-        return m + ":ok";
-    errorf(kScenario, "--fork-child %s: the child ended with status 0x%x", m.c_str(), st);
-    return m + ":" + std::to_string(st);
+        return opt.fork_child + ":ok";
+    errorf(kScenario, "--fork-child %s: the child ended with status 0x%x", opt.fork_child.c_str(), st);
+    return opt.fork_child + ":" + std::to_string(st);
 }
 
 char **g_argv = nullptr;
