@@ -50,7 +50,7 @@ CLEANFILES += tests/offload/empty_preload.so
 # rdma_cm connections for the rest of the VM's life).
 MIDSTREAM_CASES = link_down_3s link_down_15s link_down_3s_default device_removal
 check-offload: tests/offload/offload_tests$(EXEEXT) tests/offload/peer$(EXEEXT) librdmasock.la librdmasock_engine.la
-	$(top_srcdir)/tests/vm/run --nordma-ns --timeout 900 -- $(SHELL) \
+	$(top_srcdir)/tests/vm/run --nordma-ns --timeout 1200 -- $(SHELL) \
 	  $(abs_top_srcdir)/tests/offload/run-offload-tests $(abs_top_builddir)/tests/offload/offload_tests
 	for c in $(MIDSTREAM_CASES); do \
 	  $(top_srcdir)/tests/vm/run --nordma-ns --timeout 300 -- env TEST_OFFLOAD_MIDSTREAM=1 \

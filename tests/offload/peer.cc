@@ -1820,12 +1820,16 @@ void scenario(int fd, Counts &c, std::string &extra)
             return t.fail("send after a reset: %zd (%s), want EPIPE", r, strerror(e));
         c.eof = 1;
         return;  // no finish(): the connection is gone
-    } else if (s == "sigkill" || s == "sigkill_write" || s == "sigkill_epoll") {
+    } else if (s == "sigkill" || s == "sigkill_write" || s == "sigkill_epoll" || s == "sigkill_idle") {
         // The helper is killed while we are blocked: in read() (sigkill), in write() on a
         // full ring, the helper reading nothing more (sigkill_write), or in epoll_wait()
-        // (sigkill_epoll).  ECONNRESET (EPIPE for a write), an error event.
+        // (sigkill_epoll); or while we make no call at all (sigkill_idle: 3 s, then a
+        // read).  ECONNRESET (EPIPE for a write), an error event.
         if (!t.settle())
             return;
+        // (In the default mode the switch may still be under way: on RDMA first.)
+        for (long long w0 = now_us(); !is_rdma(fd) && now_us() - w0 < 10000000;)
+            usleep(10000);
         t.cmd('k');
         int ep = -1;
         if (s == "sigkill_epoll") {
@@ -1870,6 +1874,10 @@ void scenario(int fd, Counts &c, std::string &extra)
             if (n != 1 || !(ev.events & (EPOLLERR | EPOLLHUP)))
                 return t.fail("epoll_wait after the peer was killed: %d, events 0x%x, want an error event", n,
                               n == 1 ? ev.events : 0u);
+        }
+        if (s == "sigkill_idle") {
+            usleep(3000 * 1000);  // (not intercepted: no call into the library meanwhile)
+            t0 = now_us();
         }
         uint8_t b[16];
         ssize_t r = read(fd, b, sizeof b);
