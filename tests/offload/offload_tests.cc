@@ -3975,6 +3975,9 @@ bool init_tests()
     add_scenarios(sem_async, true);
     add(sem_async, "stopped_close", [] { semantics_stopped_close(true); });
     add(sem_async, "abrupt_exit_client", [] { semantics_abrupt("exit", true, true); });
+    add(sem_async, "abrupt_exit_server", [] { semantics_abrupt("exit", false, true); });
+    add(sem_async, "abrupt_signal_client", [] { semantics_abrupt("signal", true, true); });
+    add(sem_async, "abrupt_exec_server", [] { semantics_abrupt("exec", false, true); });
     // A peer killed while the survivor is blocked or idle (issue 17, points 4 and 6).
     for (std::string k : {"sigkill", "sigkill_write", "sigkill_epoll", "sigkill_idle"})
         for (bool killed_client : {true, false})
