@@ -670,22 +670,19 @@ namespace {
 // maybe another process, can only use the kernel socket.  (Also to this process itself:
 // nothing tells reliably where the message goes.  SO_PEERCRED names the process that
 // made a socketpair, a fork's parent.)
-void before_pass(const msghdr *const *msgs, size_t n) noexcept
+// The sockets `msg` passes, into `refs` (held: they stay while they are seen to).
+void passed_sockets(const msghdr *msg, std::vector<SocketRef> &refs) noexcept
 {
-    ErrnoGuard g;
-    std::vector<SocketRef> refs;  // (held: the sockets stay while they are seen to)
-    for (size_t i = 0; i < n; ++i)
-        if (msgs[i] != nullptr)
-            for_each_passed_fd(msgs[i], [&refs](int passed) {
-                if (SocketRef p = fdt::get(passed); p && p->transport != nullptr)
-                    refs.push_back(std::move(p));
-            });
-    if (refs.empty())
-        return;
-    std::vector<Socket *> socks;
-    for (const SocketRef &r : refs)
-        socks.push_back(&*r);
-    offload::on_passed(socks.data(), socks.size());
+    if (msg != nullptr)
+        for_each_passed_fd(msg, [&refs](int passed) {
+            if (SocketRef p = fdt::get(passed); p && p->transport != nullptr)
+                refs.push_back(std::move(p));
+        });
+}
+void before_pass(const std::vector<SocketRef> &refs) noexcept
+{
+    if (!refs.empty())
+        offload::on_passed(refs.data(), refs.size());
 }
 }  // namespace
 
@@ -693,7 +690,12 @@ ssize_t sendmsg(int fd, const msghdr *msg, int flags) noexcept
 {
     SocketRef s = offloaded_socket(fd);
     if (!s) {
-        before_pass(&msg, 1);
+        {
+            ErrnoGuard g;
+            std::vector<SocketRef> refs;
+            passed_sockets(msg, refs);
+            before_pass(refs);
+        }
         return RS_REAL(sendmsg)(fd, msg, flags);
     }
     InCall in(*s);
@@ -704,10 +706,13 @@ int sendmmsg(int fd, mmsghdr *vec, unsigned int vlen, int flags) noexcept
 {
     SocketRef s = offloaded_socket(fd);
     if (!s) {
-        std::vector<const msghdr *> msgs;
-        for (unsigned i = 0; vec != nullptr && i < vlen; ++i)
-            msgs.push_back(&vec[i].msg_hdr);
-        before_pass(msgs.data(), msgs.size());
+        {
+            ErrnoGuard g;
+            std::vector<SocketRef> refs;  // (every message's: seen to together)
+            for (unsigned i = 0; vec != nullptr && i < vlen; ++i)
+                passed_sockets(&vec[i].msg_hdr, refs);
+            before_pass(refs);
+        }
         return RS_REAL(sendmmsg)(fd, vec, vlen, flags);
     }
     InCall in(*s);

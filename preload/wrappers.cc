@@ -91,9 +91,10 @@ RS_EXPORT sighandler_t bsd_signal(int signo, sighandler_t handler) noexcept
     return ::rdmasock::sig::signal(signo, handler);
 }
 // syscall(2): a raw call that closes or renumbers a descriptor (SYS_close, SYS_close_range,
-// SYS_dup, SYS_dup2, SYS_dup3), or execs (SYS_execve, SYS_execveat), takes the engine's hook, as the C library's function
-// would, so that the number is not left mapped to a closed socket (and a file that
-// reuses it sent to the peer).  Anything else, and everything before the engine is
+// SYS_dup, SYS_dup2, SYS_dup3), or execs (SYS_execve, SYS_execveat), takes the engine's
+// hook, as the C library's function would, so that the number is not left mapped to a
+// closed socket (and a file that reuses it sent to the peer), nor a connection left on
+// RDMA under a new program.  Anything else, and everything before the engine is
 // loaded, goes to the C library's syscall() unchanged; like it, six arguments are read
 // whatever the call takes.
 RS_EXPORT long syscall(long number, ...) noexcept

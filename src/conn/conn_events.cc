@@ -221,6 +221,17 @@ const char *leave_cause(Conn::Leaving how) noexcept
 {
     return how == Conn::Leaving::exec ? "the process exec'd" : "the program passed the socket on (SCM_RIGHTS)";
 }
+// A negotiation ended by it: the socket's reason.
+Reason leave_reason(Conn::Leaving how) noexcept
+{
+    return how == Conn::Leaving::exec ? Reason::closed_early : Reason::passed;
+}
+// Conn::leaving_ while it lives.
+struct LeavingFlag {
+    bool &on;
+    explicit LeavingFlag(bool &f) noexcept : on(f) { on = true; }
+    ~LeavingFlag() { on = false; }
+};
 }  // namespace
 
 void Conn::leave_fail_locked(Leaving how, const char *what) noexcept
@@ -238,9 +249,8 @@ void Conn::leave_start(Leaving how) noexcept
     poll_cq_locked();
     if (!leave_can_start_locked())
         return;  // (leave() sees to it)
-    leaving_ = true;
+    LeavingFlag leaving(leaving_);
     start_fallback_locked(fallback_cause(how));
-    leaving_ = false;
 }
 
 void Conn::leave(Clock::time_point until, Leaving how) noexcept
@@ -268,7 +278,7 @@ void Conn::leave(Clock::time_point until, Leaving how) noexcept
         // The negotiation ends; a PROOF the server wrote (or will: its PROOF_AT got in)
         // is taken out of the stream, which it can be only once the program has read the
         // bytes before it.
-        decide_tcp_locked(how == Leaving::exec ? Reason::closed_early : Reason::passed);
+        decide_tcp_locked(leave_reason(how));
         while (sw_.phase() == Phase::maybe && sw_.at_proof_offset() && Clock::now() < until) {
             if (presw_step_locked() != 0)
                 break;
@@ -294,7 +304,7 @@ void Conn::leave(Clock::time_point until, Leaving how) noexcept
         }
         poll_cq_locked();
         if (sw_.phase() == Phase::verifying && !sw_.switch_known() && !stop_for_switch_locked())
-            decide_tcp_locked(how == Leaving::exec ? Reason::closed_early : Reason::passed);
+            decide_tcp_locked(leave_reason(how));
         while (sw_.phase() == Phase::verifying && presw_step_locked() == 0 && !sw_.before_switch_offset() &&
                Clock::now() < until)
             nap(tcp_in_events());
@@ -312,11 +322,7 @@ void Conn::leave(Clock::time_point until, Leaving how) noexcept
         return;  // (the peer reads nothing more and sent all it will: its kernel's EOF follows)
     // From here a fallback that starts, ours or (while the lock is dropped) one the
     // progress thread starts for the peer's frame, leaves the ring's residue to be resent.
-    struct LeavingFlag {
-        bool &on;
-        explicit LeavingFlag(bool &f) noexcept : on(f) { on = true; }
-        ~LeavingFlag() { on = false; }
-    } leaving(leaving_);
+    LeavingFlag leaving(leaving_);
     // Just switched: a server's PREFIX must have completed (the client finds our frame
     // after the bytes it counts), a client's CONFIRM be whole in the stream and the
     // server's PREFIX in.
@@ -343,8 +349,8 @@ void Conn::leave(Clock::time_point until, Leaving how) noexcept
             break;
         nap(POLLIN);
     }
-    // (A fallback under way before this counted the ring's residue as ours: it
-    // cannot go with the new program.)
+    // (A fallback under way before this counted the ring's residue as ours: the socket's
+    // next reader cannot get it.)
     const bool started = !st.broken() && (fb_.active() ? ring_.avail() == 0
                                                        : !awaiting_ && start_fallback_locked(fallback_cause(how)));
     while (started && !st.broken() && !closed_ && !(fb_.out_done() && fb_.in_done()) && Clock::now() < until) {

@@ -1375,7 +1375,15 @@ bool foreign_child() noexcept { return g_engine != nullptr && g_engine->pid != g
 
 namespace {
 // An engine, and this process's (foreign_child).
-bool ours() noexcept { return g_engine != nullptr && !foreign_child(); }
+bool ours() noexcept { return g_engine != nullptr && g_engine->pid == getpid(); }
+
+// `c`'s connection into `conns`, once (a dup's numbers share it).
+void add_once(std::vector<std::shared_ptr<Conn>> &conns, Conn *c) noexcept
+{
+    std::shared_ptr<Conn> p = c != nullptr ? c->self() : nullptr;
+    if (p && std::find(conns.begin(), conns.end(), p) == conns.end())
+        conns.push_back(std::move(p));
+}
 
 // Every connection of `conns` back to its TCP socket (Conn::leave), bounded by
 // RDMASOCK_FALLBACK_WAIT_MS in all: every fallback that can start does first, so that
@@ -1388,9 +1396,7 @@ void hand_back(const std::vector<std::shared_ptr<Conn>> &conns, Conn::Leaving ho
     for (const auto &c : conns)
         c->leave(until, how);
 }
-}  // namespace
 
-namespace {
 // A server connection passed while still being decided: an RDMA request parked for it
 // is declined at once (it stays known: one that comes later is declined as late).
 void decline_passed(Conn *c) noexcept
@@ -1405,7 +1411,7 @@ void decline_passed(Conn *c) noexcept
 }
 }  // namespace
 
-void on_passed(Socket *const *socks, size_t n) noexcept
+void on_passed(const SocketRef *socks, size_t n) noexcept
 {
     if (!ours())
         return;
@@ -1413,13 +1419,10 @@ void on_passed(Socket *const *socks, size_t n) noexcept
     std::vector<std::shared_ptr<Conn>> back;
     for (size_t i = 0; i < n; ++i) {
         Conn *c = Conn::of(socks[i]->transport);
-        if (c == nullptr)
-            continue;
-        if (c->note_passed()) {
+        if (c != nullptr && c->note_passed())
             decline_passed(c);
-        } else if (std::shared_ptr<Conn> p = c->self(); p && std::find(back.begin(), back.end(), p) == back.end()) {
-            back.push_back(std::move(p));
-        }
+        else
+            add_once(back, c);
     }
     if (!back.empty())
         hand_back(back, Conn::Leaving::pass);
@@ -1482,12 +1485,7 @@ void before_exec() noexcept
     // one the exec closes then ends as the kernel's close ends it (every byte, then the
     // FIN), and if the exec fails the program goes on with it over TCP.
     std::vector<std::shared_ptr<Conn>> conns;
-    fdt::for_each([&conns](int, const SocketRef &s) {
-        Conn *c = Conn::of(s->transport);
-        std::shared_ptr<Conn> p = c != nullptr ? c->self() : nullptr;
-        if (p && std::find(conns.begin(), conns.end(), p) == conns.end())
-            conns.push_back(std::move(p));
-    });
+    fdt::for_each([&conns](int, const SocketRef &s) { add_once(conns, Conn::of(s->transport)); });
     hand_back(conns, Conn::Leaving::exec);
     wait_for_drains();
 }

@@ -37,7 +37,7 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept;
 // (Conn::leave), bounded by RDMASOCK_FALLBACK_WAIT_MS.
 // The connections of one sendmsg() or sendmmsg() (`n` sockets, a dup's twice) are seen
 // to together, as at exec.
-void on_passed(Socket *const *socks, size_t n) noexcept;
+void on_passed(const SocketRef *socks, size_t n) noexcept;
 
 // The operator's view (preload/report.hh): `open` makes its socket when the engine
 // starts, `answer` runs on the progress thread when it is readable.

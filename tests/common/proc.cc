@@ -34,6 +34,16 @@ Env base_env()
     return e;
 }
 
+std::vector<char *> environ_without_preload()
+{
+    std::vector<char *> v;
+    for (char **p = environ; *p != nullptr; ++p)
+        if (strncmp(*p, "LD_PRELOAD=", 11) != 0)
+            v.push_back(*p);
+    v.push_back(nullptr);
+    return v;
+}
+
 void set_var(Env &env, const std::string &name, const std::string &value)
 {
     std::string prefix = name + "=";

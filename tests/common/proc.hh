@@ -14,6 +14,9 @@ using Env = std::vector<std::string>;  // NAME=VALUE entries
 
 // The test's own environment without LD_PRELOAD and RDMASOCK_*: the "without" side.
 Env base_env();
+// The process's environment without LD_PRELOAD, as an envp for execve() (pointers into
+// environ, null-terminated): a new image without the library (RDMASOCK_* kept).
+std::vector<char *> environ_without_preload();
 // Set (or replace) NAME in env.
 void set_var(Env &env, const std::string &name, const std::string &value);
 // The LD_PRELOAD value that loads lib: "$TEST_PRELOAD_FIRST lib $TEST_PRELOAD_AFTER",

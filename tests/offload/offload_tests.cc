@@ -1799,6 +1799,30 @@ Fields fallback_line(const PeerRun &p)
     return Fields{};
 }
 
+// The process that went on with a connection after an exec or a pass (its first line):
+// every byte of a 2 MiB stream each way and the EOF, on a socket no library knows
+// (RDMASOCK_INFO unanswered: transport=none).
+void expect_continued(const PeerRun &p, const char *who, const std::string &name, const Pair &pr)
+{
+    const uint64_t n = 2u << 20;
+    const Fields *f = p.conn(0);
+    BOOST_CHECK_MESSAGE(f != nullptr && num(*f, "sent") == n && num(*f, "received") == n && field(*f, "eof") == "1" &&
+                            field(*f, "transport") == "none" && f->count("exec_continued"),
+                        name << ": " << who << " did not finish the stream on the kernel socket\n" << pr.describe());
+}
+
+// The ring of `left` (the side that exec'd or passed) held bytes unread at the time, and
+// its peer resent at least those over TCP (our count was what the program read).
+void expect_residue_resent(const PeerRun &left, const PeerRun &peer, const std::string &name, const Pair &pr)
+{
+    const Fields lf = fallback_line(left), pf = fallback_line(peer);
+    BOOST_CHECK_MESSAGE(num(lf, "residue_bytes") > 0 && num(lf, "residue_bytes") != ~0ull &&
+                            num(pf, "resend_bytes") >= num(lf, "residue_bytes"),
+                        name << ": " << left.name << "'s ring held " << field(lf, "residue_bytes")
+                             << " unread bytes when it left, " << peer.name << " resent " << field(pf, "resend_bytes")
+                             << " (want > 0, and at least those)\n" << pr.describe());
+}
+
 void servers_exec_self(const std::string &when, bool async, bool nolib)
 {
     const bool pass = when.rfind("pass", 0) == 0, after = when == "after" || pass;
@@ -1826,12 +1850,8 @@ void servers_exec_self(const std::string &when, bool async, bool nolib)
                                  << pr.describe());
     // The new image: every byte and the EOF, on a socket no library knows (RDMASOCK_INFO
     // unanswered: transport=none).
-    const Fields *f = pr.client.conn(0);
-    BOOST_CHECK_MESSAGE(when == "close" ||
-                            (f != nullptr && num(*f, "sent") == static_cast<uint64_t>(n) &&
-                             num(*f, "received") == static_cast<uint64_t>(n) && field(*f, "eof") == "1" &&
-                             field(*f, "transport") == "none" && f->count("exec_continued")),
-                        name << ": the new image did not finish the stream on the kernel socket\n" << pr.describe());
+    if (when != "close")
+        expect_continued(pr.client, "the new image", name, pr);
     // The server checked every byte it echoed (--echo), on TCP from the fallback on.
     expect_conn(pr.server, 0, "tcp",
                 when != "before" ? std::set<std::string>{"fell_back"} : std::set<std::string>{}, n, n, name);
@@ -1841,16 +1861,12 @@ void servers_exec_self(const std::string &when, bool async, bool nolib)
         return;
     // The fallback lines: the client's for the exec; with echo bytes unread in its ring
     // (after), the server resends at least those (our count was what the program read).
-    const Fields cf = fallback_line(pr.client), sfb = fallback_line(pr.server);
+    const Fields sfb = fallback_line(pr.server);
     const char *why = pass ? "why=\"the program passed the socket on\"" : "why=\"the program exec'd\"";
     BOOST_CHECK_MESSAGE(pr.client.log.find(why) != std::string::npos && !sfb.empty(),
                         name << ": no fallback for the exec (pass) in the logs\n" << pr.describe());
     if (after)
-        BOOST_CHECK_MESSAGE(num(cf, "residue_bytes") > 0 && num(cf, "residue_bytes") != ~0ull &&
-                                num(sfb, "resend_bytes") >= num(cf, "residue_bytes"),
-                            name << ": the client's ring held " << field(cf, "residue_bytes")
-                                 << " unread bytes at the exec, the server resent " << field(sfb, "resend_bytes")
-                                 << " (want > 0, and at least those)\n" << pr.describe());
+        expect_residue_resent(pr.client, pr.server, name, pr);
 }
 
 // A dispatcher (issue 17, point 3): the echo server reads and echoes the first 1 MiB,
@@ -1872,21 +1888,11 @@ void servers_pass_worker(bool async)
     const Fields from = exec_from_line(pr.server);
     BOOST_CHECK_MESSAGE(field(from, "transport") == "rdma" && num(from, "received") == 1048576,
                         name << ": at the pass the server's connection was not on RDMA after 1 MiB\n" << pr.describe());
-    const Fields *f = pr.server.conn(0);
-    BOOST_CHECK_MESSAGE(f != nullptr && num(*f, "sent") == static_cast<uint64_t>(n) &&
-                            num(*f, "received") == static_cast<uint64_t>(n) && field(*f, "eof") == "1" &&
-                            field(*f, "transport") == "none" && f->count("exec_continued"),
-                        name << ": the worker did not finish the stream on the kernel socket\n" << pr.describe());
+    expect_continued(pr.server, "the worker", name, pr);
     expect_conn(pr.client, 0, "tcp", {"fell_back"}, n, n, name);
     BOOST_CHECK_MESSAGE(pr.server.log.find("why=\"the program passed the socket on\"") != std::string::npos,
                         name << ": no fallback for the pass in the server's log\n" << pr.describe());
-    // The client's bytes the server's ring held unread at the pass: resent over TCP.
-    const Fields sfb = fallback_line(pr.server), cfb = fallback_line(pr.client);
-    BOOST_CHECK_MESSAGE(num(sfb, "residue_bytes") > 0 && num(sfb, "residue_bytes") != ~0ull &&
-                            num(cfb, "resend_bytes") >= num(sfb, "residue_bytes"),
-                        name << ": the server's ring held " << field(sfb, "residue_bytes")
-                             << " unread bytes at the pass, the client resent " << field(cfb, "resend_bytes")
-                             << " (want > 0, and at least those)\n" << pr.describe());
+    expect_residue_resent(pr.server, pr.client, name, pr);
 }
 
 // A pre-fork echo server and a client that writes 1 MB in calls of 1 to 64 bytes: many

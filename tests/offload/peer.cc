@@ -100,6 +100,7 @@
 
 #include "include/rdmasock.h"
 #include "tests/common/io.hh"
+#include "tests/common/proc.hh"
 
 namespace {
 
@@ -721,17 +722,45 @@ char **g_argv = nullptr;
 
 // --exec-self pass: the receiver, a new image of this program started now, gets `fd`
 // and `counts` over a socketpair; this process closes its copy and ends as it does.
-[[noreturn]] void pass_on(int fd, std::vector<std::string> args, const std::string &counts)
+// This program's own arguments (to exec itself with more).
+std::vector<std::string> own_args()
 {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-        die("socketpair: %s", strerror(errno));
-    args.push_back("--receive-from");
-    args.push_back(std::to_string(sv[1]));
+    std::vector<std::string> args;
+    for (char **a = g_argv; *a != nullptr; ++a)
+        args.push_back(*a);
+    return args;
+}
+
+// `args` as an argv for execv() (pointers into it).
+std::vector<char *> argv_of(std::vector<std::string> &args)
+{
     std::vector<char *> argv;
     for (auto &a : args)
         argv.push_back(a.data());
     argv.push_back(nullptr);
+    return argv;
+}
+
+// Before an exec or a pass: the "exec_from" line (where the stream stands), and that
+// place as "SENT:RECEIVED"; not with the stream broken.
+std::string leaving_point(int fd, const Counts &c)
+{
+    out_line("exec_from " + info_fields(fd) + " sent=" + std::to_string(c.sent.load()) +
+             " received=" + std::to_string(c.received.load()));
+    if (g_exit != kOk)
+        die("exec or pass: not with the stream broken (above)");
+    return std::to_string(c.sent.load()) + ":" + std::to_string(c.received.load());
+}
+
+[[noreturn]] void pass_on(int fd, const std::string &counts)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        die("socketpair: %s", strerror(errno));
+    std::vector<std::string> args = own_args();
+    args.push_back("--receive-from");
+    args.push_back(std::to_string(sv[1]));
+    std::vector<char *> argv = argv_of(args);
     const pid_t pid = fork();
     if (pid < 0)
         die("fork: %s", strerror(errno));
@@ -819,35 +848,20 @@ void exec_self(int fd, const Entry &e, Counts &c)
         recv_stream(fd, 0, std::min(first, e.s2c) / 4, kSaltC2S, false, c);
         usleep(300 * 1000);  // (the rest of the echo arrives meanwhile, unread)
     }
-    out_line("exec_from " + info_fields(fd) + " sent=" + std::to_string(c.sent.load()) +
-             " received=" + std::to_string(c.received.load()));
-    if (g_exit != kOk)
-        die("exec: not with the stream broken (above)");
+    const std::string counts = leaving_point(fd, c);
     if (close) {  // (the socket is close-on-exec: the exec closes it)
         execl("/bin/true", "true", static_cast<char *>(nullptr));
         die("exec /bin/true: %s", strerror(errno));
     }
-    std::vector<std::string> args;
-    for (char **a = g_argv; *a != nullptr; ++a)
-        args.push_back(*a);
-    const std::string counts = std::to_string(c.sent.load()) + ":" + std::to_string(c.received.load());
-    if (pass) {
-        pass_on(fd, args, counts);
-        return;  // (not reached)
-    }
+    if (pass)
+        pass_on(fd, counts);
+    std::vector<std::string> args = own_args();
     args.push_back("--exec-continue");
     args.push_back(std::to_string(fd) + ":" + counts);
-    std::vector<char *> argv;
-    for (auto &a : args)
-        argv.push_back(a.data());
-    argv.push_back(nullptr);
+    std::vector<char *> argv = argv_of(args);
     fcntl(fd, F_SETFD, 0);  // (inherited by the new image)
     if (opt.exec_env_clean) {
-        std::vector<char *> envp;
-        for (char **v = environ; *v != nullptr; ++v)
-            if (strncmp(*v, "LD_PRELOAD=", 11) != 0)
-                envp.push_back(*v);
-        envp.push_back(nullptr);
+        std::vector<char *> envp = testcommon::environ_without_preload();
         execve("/proc/self/exe", argv.data(), envp.data());
     } else {
         execv("/proc/self/exe", argv.data());
@@ -911,14 +925,7 @@ void stream(int fd, const Entry &e, Counts &c, std::string &extra)
         }
         if (opt.pass_after > 0) {
             echo(fd, to_recv, c, 0, opt.pass_after);
-            out_line("exec_from " + info_fields(fd) + " sent=" + std::to_string(c.sent.load()) +
-                     " received=" + std::to_string(c.received.load()));
-            if (g_exit != kOk)
-                die("pass: not with the stream broken (above)");
-            std::vector<std::string> args;
-            for (char **a = g_argv; *a != nullptr; ++a)
-                args.push_back(*a);
-            pass_on(fd, args, std::to_string(c.sent.load()) + ":" + std::to_string(c.received.load()));
+            pass_on(fd, leaving_point(fd, c));
         }
         echo(fd, to_recv, c);
         return;

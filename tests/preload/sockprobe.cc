@@ -64,6 +64,7 @@
 
 #include "tests/common/files.hh"
 #include "tests/common/io.hh"
+#include "tests/common/proc.hh"
 #include "tests/common/text.hh"
 
 namespace {
@@ -1835,11 +1836,8 @@ int sc_fork_storm(const Args &)
         return forks < kForks && hung < 3 && ms < 25000 && (ms < 15000 || forks < kMinForks);
     };
     double fork_ms = 0, reap_ms = 0;  // (stderr, when too few: where the time went)
-    std::vector<char *> env;  // (built before the forks: the child only execs)
-    for (char **e = environ; *e != nullptr; ++e)
-        if (strncmp(*e, "LD_PRELOAD=", 11) != 0)
-            env.push_back(*e);
-    env.push_back(nullptr);
+    // (Built before the forks: the child only execs.)
+    const std::vector<char *> env = testcommon::environ_without_preload();
     for (; more(); ++forks) {
         timespec f0;
         clock_gettime(CLOCK_MONOTONIC, &f0);
