@@ -24,6 +24,7 @@
 #include "preload/describe.hh"
 #include "preload/report.hh"
 #include "preload/shim.hh"
+#include "process/copies.hh"
 #include "process/fd_table.hh"
 #include "process/runtime.hh"
 #include "process/transport.hh"
@@ -39,6 +40,13 @@ struct ErrnoGuard {
     int saved = errno;
     ~ErrnoGuard() { errno = saved; }
 };
+
+// The program closed these numbers: a descriptor of the library's there is gone.
+void library_fds_closed(unsigned first, unsigned last) noexcept
+{
+    log::on_fds_closed(first, last);
+    copies::on_fds_closed(first, last);
+}
 
 Transport &transport_of(const Socket &s) noexcept
 {
@@ -166,7 +174,7 @@ void after_dup(int oldfd, int newfd, const Victim *victim) noexcept
         else if (victim != nullptr && victim->s.get() == old.get() && !victim->deferred)
             log_close(newfd, *old, victim->ci);  // (a deferred close logs when it ends)
     }
-    log::on_fd_closed(newfd);
+    library_fds_closed(static_cast<unsigned>(newfd), static_cast<unsigned>(newfd));
 }
 
 ssize_t ret(ssize_t r) noexcept
@@ -184,7 +192,8 @@ ssize_t ret(ssize_t r) noexcept
 SocketRef offloaded_socket(int fd) noexcept
 {
     SocketRef s = fdt::get(fd);
-    if (s && s->offloaded() && s->transport != nullptr)
+    // (A fork child's copy its owner has handed back is a kernel socket now.)
+    if (s && s->offloaded() && s->transport != nullptr && !s->transport.load()->claim_copy())
         return s;
     return {};
 }
@@ -927,7 +936,7 @@ void forget_range(unsigned first, unsigned last) noexcept
     readiness::on_close_range(first, last);  // first: see before_close()
     for (int fd : fds)
         forget_socket(fd);
-    log::on_fds_closed(first, last);
+    library_fds_closed(first, last);
 }
 }  // namespace
 
@@ -938,7 +947,7 @@ void before_close(int fd) noexcept
     // socket rather than when the connection's linger or negotiation ends.
     readiness::on_close(fd);
     forget_socket(fd);
-    log::on_fd_closed(fd);
+    library_fds_closed(static_cast<unsigned>(fd), static_cast<unsigned>(fd));
 }
 
 int close(int fd) noexcept
@@ -1173,9 +1182,12 @@ int epoll_pwait2(int epfd, epoll_event *ev, int maxev, const timespec *tmo,
 
 pid_t fork() noexcept
 {
-    if (rt::g_pending.load(std::memory_order_relaxed) != 0) {
-        // A client negotiating in the background counts its TCP bytes; the child would
-        // write behind that count: such connections stay on TCP.
+    // A client negotiating in the background counts its TCP bytes; the child would
+    // write behind that count: such connections stay on TCP.  One with RDMA bound gets a
+    // slot its child's copy can ask for it by (process/copies.hh).
+    const bool conns = rt::g_pending.load(std::memory_order_relaxed) != 0 ||
+                       rt::g_offloaded.load(std::memory_order_relaxed) != 0;
+    if (conns) {
         ErrnoGuard g;
         fdt::for_each([](int, const SocketRef &s) {
             if (s->transport != nullptr)
@@ -1201,13 +1213,15 @@ pid_t fork() noexcept
         readiness::unlock_after_fork();
     }
     errno = fork_errno;
-    if (r > 0 && rt::g_pending.load(std::memory_order_relaxed) != 0) {
-        // Accepted connections not used yet: the child may serve them.
+    if (r != 0 && conns) {
+        // Accepted connections not used yet: the child may serve them.  The child holds a
+        // copy of those with RDMA bound.
         ErrnoGuard g;
-        fdt::for_each([](int, const SocketRef &s) {
+        fdt::for_each([r](int, const SocketRef &s) {
             if (s->transport != nullptr)
-                s->transport.load()->after_fork_parent();
+                s->transport.load()->after_fork_parent(r);
         });
+        offload::after_fork_parent(r);
     }
     if (r == 0) {
         ErrnoGuard g;

@@ -102,8 +102,6 @@ void write(int level, const char *fmt, ...) noexcept
     errno = saved;
 }
 
-void on_fd_closed(int fd) noexcept { on_fds_closed(static_cast<unsigned>(fd), static_cast<unsigned>(fd)); }
-
 void on_fds_closed(unsigned first, unsigned last) noexcept
 {
     int fd = g_fd.load(std::memory_order_relaxed);

@@ -43,9 +43,8 @@ void configure(int level, const char *file) noexcept;
 // printf-style; adds the "rdmasock[pid]: level: " prefix and the newline.
 void write(int level, const char *fmt, ...) noexcept __attribute__((format(printf, 2, 3)));
 
-// The application closed (or dup2'd over) fd: if it was our log file, forget it.
-void on_fd_closed(int fd) noexcept;
-// The same for every number in [first, last] (close_range, closefrom).
+// The application closed (or dup2'd over) the numbers in [first, last] (close,
+// close_range, closefrom): if our log file was among them, forget it.
 void on_fds_closed(unsigned first, unsigned last) noexcept;
 
 // After fork, in the child (the prefix carries the pid).

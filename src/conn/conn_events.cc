@@ -215,16 +215,28 @@ namespace {
 // Its words in the fallback's log line, and (the process, the program) in a reset's.
 const char *fallback_cause(Conn::Leaving how) noexcept
 {
-    return how == Conn::Leaving::exec ? "the program exec'd" : "the program passed the socket on";
+    switch (how) {
+    case Conn::Leaving::exec: return "the program exec'd";
+    case Conn::Leaving::pass: return "the program passed the socket on";
+    default: return "a fork child holds the socket";
+    }
 }
 const char *leave_cause(Conn::Leaving how) noexcept
 {
-    return how == Conn::Leaving::exec ? "the process exec'd" : "the program passed the socket on (SCM_RIGHTS)";
+    switch (how) {
+    case Conn::Leaving::exec: return "the process exec'd";
+    case Conn::Leaving::pass: return "the program passed the socket on (SCM_RIGHTS)";
+    default: return "handed to a fork child's copy";
+    }
 }
 // A negotiation ended by it: the socket's reason.
 Reason leave_reason(Conn::Leaving how) noexcept
 {
-    return how == Conn::Leaving::exec ? Reason::closed_early : Reason::passed;
+    switch (how) {
+    case Conn::Leaving::exec: return Reason::closed_early;
+    case Conn::Leaving::pass: return Reason::passed;
+    default: return Reason::forked;
+    }
 }
 // Conn::leaving_ while it lives.
 struct LeavingFlag {
@@ -290,7 +302,7 @@ void Conn::leave(Clock::time_point until, Leaving how) noexcept
     }
     if (side_ == Side::server && sw_.phase() == Phase::maybe) {
         refusing_ = true;  // (no PROOF is in the stream yet, and none will be)
-        decide_tcp_locked(how == Leaving::exec ? server_close_reason_locked() : Reason::passed);
+        decide_tcp_locked(how == Leaving::exec ? server_close_reason_locked() : leave_reason(how));
         return;
     }
     if (side_ == Side::server && sw_.phase() == Phase::verifying) {
@@ -351,7 +363,9 @@ void Conn::leave(Clock::time_point until, Leaving how) noexcept
     }
     // (A fallback under way before this counted the ring's residue as ours: the socket's
     // next reader cannot get it.)
-    const bool started = !st.broken() && (fb_.active() ? ring_.avail() == 0
+    // (For a fork child's copy, though, the residue stays this process's to read: both
+    // share the kernel socket from now on.)
+    const bool started = !st.broken() && (fb_.active() ? ring_.avail() == 0 || how == Leaving::fork
                                                        : !awaiting_ && start_fallback_locked(fallback_cause(how)));
     while (started && !st.broken() && !closed_ && !(fb_.out_done() && fb_.in_done()) && Clock::now() < until) {
         fallback_step_locked(tcp_fd());

@@ -99,6 +99,89 @@ void Conn::before_fork() noexcept
     // yet goes to the first process that uses it: after_fork_parent/child.)
     if (sw_.phase() == Phase::maybe && !closed_ && (side_ == Side::client || sw_.interested()))
         decide_tcp_locked(Reason::forked);
+    // One with RDMA bound (or a copy of one, which a child of this child holds too): the
+    // child's copy can have it back on the TCP socket when it uses it (process/copies.hh).
+    const Phase p = sw_.phase();
+    if (closed_ || copy_claimed_.load(std::memory_order_relaxed) || (p != Phase::rdma && p != Phase::verifying))
+        return;
+    if (!share_ && !parent_copy_.load(std::memory_order_relaxed))
+        share_ = copies::add();
+    sharing_fork_ = static_cast<bool>(share_);
+}
+
+void Conn::after_fork_parent(pid_t child) noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    if (side_ == Side::server && sw_.phase() == Phase::maybe && !sw_.interested() && !closed_ && child > 0)
+        forked_unused_.store(true, std::memory_order_release);
+    if (sharing_fork_ && child > 0)
+        copies::add_holder(share_, child);
+    sharing_fork_ = false;
+}
+
+bool Conn::claim_copy() noexcept
+{
+    if (!parent_copy_.load(std::memory_order_acquire) || !share_)
+        return false;
+    if (copy_claimed_.load(std::memory_order_acquire))
+        return true;
+    using copies::State;
+    // The owner hands it back within its fallback's time (its engine looks at once when
+    // woken, else within 250 ms); an owner that is gone never will.
+    const pid_t owner = copies::owner(share_);
+    const auto until = Clock::now() + std::chrono::milliseconds(rt::config().fallback_wait_ms + 1000);
+    auto next_look = Clock::now();
+    for (bool asked = false;;) {
+        const State st = copies::state(share_);
+        if (st == State::tcp)
+            break;
+        if (st == State::ended)
+            return false;
+        if (st == State::owned && !asked) {
+            asked = copies::move(share_, State::owned, State::wanted);
+            copies::wake(owner);
+            continue;
+        }
+        const auto now = Clock::now();
+        if (now >= until)
+            return false;
+        if (now >= next_look) {
+            if (!copies::alive(owner))
+                return false;
+            next_look = now + std::chrono::milliseconds(100);
+        }
+        usleep(1000);
+    }
+    if (copy_claimed_.exchange(true, std::memory_order_acq_rel))
+        return true;
+    copies::drop_holder(share_);
+    if (sock_ != nullptr) {
+        sock_->reason.store(Reason::forked, std::memory_order_relaxed);
+        sock_->set_offloaded(false);  // (its calls take the kernel's path from now on)
+    }
+    RS_DEBUG("connection fd=%d: a fork child's copy, handed back to its TCP socket by process %d", shown_fd(),
+             static_cast<int>(owner));
+    return true;
+}
+
+void Conn::hand_to_copies(Clock::time_point until, bool taken) noexcept
+{
+    using copies::State;
+    if (!share_ || parent_copy_.load(std::memory_order_acquire))
+        return;
+    if (!taken && !copies::move(share_, State::owned, State::handing) &&
+        !copies::move(share_, State::wanted, State::handing)) {
+        while (copies::state(share_) == State::handing && Clock::now() < until)
+            usleep(1000);  // (another thread hands it over)
+        return;
+    }
+    leave(until, Leaving::fork);
+    bool broken;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        broken = ring_.st.broken();
+    }
+    copies::set(share_, broken ? State::ended : State::tcp);
 }
 
 bool Conn::continue_on(int keep) noexcept
@@ -163,6 +246,15 @@ void Conn::mark_closed() noexcept
     sw_.leave_pending();
     release_shadows_locked();
     sock_ = nullptr;  // (recycled with the number's last close: another socket's soon)
+    if (share_ && parent_copy_.load(std::memory_order_relaxed)) {
+        if (!copy_claimed_.load(std::memory_order_relaxed))
+            copies::drop_holder(share_);
+    } else if (share_) {
+        // The owner's close: over, unless it went back to TCP for the copies.
+        copies::move(share_, copies::State::owned, copies::State::ended);
+        copies::move(share_, copies::State::wanted, copies::State::ended);
+        copies::release(share_);
+    }
 }
 
 void Conn::release_shadows() noexcept
@@ -183,13 +275,6 @@ void Conn::enter_pending() noexcept
 {
     std::lock_guard<std::mutex> lk(mu_);
     sw_.enter_pending();
-}
-
-void Conn::after_fork_parent() noexcept
-{
-    std::lock_guard<std::mutex> lk(mu_);
-    if (side_ == Side::server && sw_.phase() == Phase::maybe && !sw_.interested() && !closed_)
-        forked_unused_.store(true, std::memory_order_release);
 }
 
 void Conn::after_fork_child() noexcept
@@ -218,6 +303,7 @@ void Conn::after_fork_child() noexcept
         }
         return;
     }
+    sharing_fork_ = false;  // (the parent's, copied)
     inherited_.store(true, std::memory_order_release);
     ring_.st.reset = true;
     ring_.st.failed = true;
@@ -236,6 +322,10 @@ bool Conn::close_connection(bool abortive, int linger_s, bool exiting) noexcept
     // parent's SWITCH up to the probe timeout per connection being verified).
     if (parent_copy_.load(std::memory_order_acquire))
         return false;
+    // A fork child that lives holds a copy: the connection goes on for it, over its TCP
+    // socket (the kernel's close of a socket another process holds ends nothing).
+    if (share_ && !abortive && copies::held(share_))
+        hand_to_copies(Clock::now() + std::chrono::milliseconds(rt::config().fallback_wait_ms));
     std::unique_lock<std::mutex> lk(mu_);
     if (side_ == Side::client && sw_.phase() == Phase::maybe && !closed_) {
         // A negotiating client stays on TCP (closed_early): its queue pair stops, and a
@@ -579,7 +669,10 @@ void Conn::link_name(char *buf, size_t n) const noexcept
 const char *Conn::phase_name() const noexcept
 {
     static const char *const kPhases[] = {"maybe", "verifying", "rdma", "tcp"};
-    return fell_back_.load(std::memory_order_relaxed) ? "tcp" : kPhases[static_cast<int>(phase())];
+    // (A fork child's copy handed back: a kernel socket here too.)
+    return fell_back_.load(std::memory_order_relaxed) || copy_claimed_.load(std::memory_order_relaxed)
+               ? "tcp"
+               : kPhases[static_cast<int>(phase())];
 }
 
 }  // namespace rdmasock

@@ -29,6 +29,7 @@
 #include "conn/switchover.hh"
 #include "conn/upcalls.hh"
 #include "conn/wait.hh"
+#include "process/copies.hh"
 #include "process/transport.hh"
 #include "rdma/owners.hh"
 #include "wire/negotiate.hh"
@@ -100,13 +101,34 @@ public:
     std::shared_ptr<rdma::CmId> restart_client_rdma() noexcept;
     // Client, before fork(): a negotiation still running is given up (the child would
     // write to the TCP socket behind our count).
+    // Also: a connection with RDMA bound gets a slot in the table it shares with the
+    // child (process/copies.hh), which after_fork_parent names as a holder of a copy.
     void before_fork() noexcept override;
-    void after_fork_parent() noexcept override;
+    void after_fork_parent(pid_t child) noexcept override;
+    bool claim_copy() noexcept override;
+    // The owner, for the holders of copies (one wants it, or the program closes its own
+    // copy while a child that lives holds one): the connection goes back to its TCP
+    // socket, as at a pass (leave), and the slot says how that went (tcp, or ended).
+    // Another thread already at it is waited for.
+    // (taken: the caller moved the slot to handing.)
+    void hand_to_copies(std::chrono::steady_clock::time_point until, bool taken = false) noexcept;
+    // A fork child's copy of a connection with RDMA bound (the parent's).
+    bool is_copy() const noexcept { return parent_copy_.load(std::memory_order_acquire); }
+    // This process holds the copy no more (an exec closes it).
+    void drop_copy() noexcept
+    {
+        if (share_ && is_copy() && !copy_claimed_.load(std::memory_order_acquire))
+            copies::drop_holder(share_);
+    }
+    // The engine could not (no thread): the copies report a reset.
+    void copies_failed() noexcept { copies::set(share_, copies::State::ended); }
+    uint64_t copies_id() const noexcept { return share_.id; }
     // The connection leaves the process's hands: it execs (execve and its family: the
     // new program reads and writes the TCP socket itself, the library's view of it
     // gone), or passes the socket on (SCM_RIGHTS: whoever receives it may be another
     // process, which uses the kernel socket).
-    enum class Leaving : uint8_t { exec, pass };
+    // (fork: hand_to_copies.)
+    enum class Leaving : uint8_t { exec, pass, fork };
     // Before, the stream is made the kernel socket's alone, waiting at most until
     // `until`: a negotiation ends (a PROOF due is taken out of the stream, a SWITCH that
     // got in is honoured), a connection on RDMA falls back to TCP (our frame and backlog
@@ -547,6 +569,11 @@ private:
     // A fork child's copy of a connection it did not adopt: the parent's stream, which
     // the child's exec leaves alone.
     std::atomic<bool> inherited_{false};
+    // The connection's slot among those whose copies fork children hold (set at a fork
+    // that copies it, by the program's thread in fork(); the owner's, or the copy's).
+    copies::Ref share_;
+    bool sharing_fork_ = false;  // between before_fork and after_fork_parent
+    std::atomic<bool> copy_claimed_{false};  // this copy is a kernel socket now
     Clock::time_point fb_until_{};  // no peer's frame by then: reset
     // Fell back (fb_ active): reported as on TCP (reason fell_back, phase tcp), read
     // without the lock by RDMASOCK_INFO, `rdmasock ss` and the close line.

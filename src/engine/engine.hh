@@ -17,6 +17,7 @@
 #include "conn/rdma_conn.hh"
 #include "conn/windows.hh"
 #include "engine/peers.hh"
+#include "process/copies.hh"
 #include "process/registry.hh"
 #include "process/socket.hh"
 #include "rdma/owners.hh"
@@ -188,6 +189,16 @@ public:
     // A REJECTED that names a port to go on to (mu held): the negotiation starts again
     // there, on a new id; Reason::none, or why not.
     Reason redirect_client(ClientNeg &n, uint16_t port, std::shared_ptr<rdma::CmId> &drop) noexcept;
+    // Connections of this process whose copies fork children hold (process/copies.hh):
+    // looked at in timers() while some may still be asked for, every 250 ms at least.
+    std::atomic<bool> copies_watch{false};
+    Clock::time_point copies_look{};
+    // What a fork child writes to wake this engine (a copy's holder asking for it).
+    int wake_fd() const noexcept { return cmd_efd_; }
+    // timers(): the connections some holder wants (mu held), then handed back on a
+    // thread of their own.
+    void wanted_copies(Clock::time_point now, std::vector<std::shared_ptr<Conn>> &handing) noexcept;
+    void hand_to_copies(std::vector<std::shared_ptr<Conn>> conns_wanted) noexcept;
     // In a fork child: close this process's copies of the parent's engine descriptors.
     void close_inherited() noexcept;
     // Wake timers() when process `p` (the holder of an inherited listener) exits (mu held).

@@ -390,6 +390,7 @@ int Engine::timers() noexcept
     std::vector<std::shared_ptr<Conn>> drop, drained;
     std::vector<int> drained_fds;
     std::vector<std::shared_ptr<rdma::CmId>> expired;
+    std::vector<std::shared_ptr<Conn>> handing;
     {
         std::lock_guard<std::mutex> lk(mu);
         for (auto &cp : claimed)
@@ -460,6 +461,9 @@ int Engine::timers() noexcept
         for (auto &kv : conns)
             if (kv.second->on_timer(now))  // a grace period is running: check again soon
                 next = std::min(next, now + Ms(10));
+        wanted_copies(now, handing);
+        if (copies_watch.load(std::memory_order_relaxed))
+            next = std::min(next, copies_look);
         std::vector<std::pair<Conn *, Reason>> late;
         for (auto &kv : clients) {
             if (now >= kv.second.deadline) {
@@ -500,6 +504,8 @@ int Engine::timers() noexcept
         if (!inherited.empty() && holder_poll_)
             next = std::min(next, next_holder_poll_);
     }
+    if (!handing.empty())
+        hand_to_copies(std::move(handing));
     // Destruction (rdma_destroy_id, dereg) outside the lock.
     for (auto &c : drop)
         if (c->cm_id())
@@ -513,6 +519,44 @@ int Engine::timers() noexcept
         return -1;
     auto ms = std::chrono::duration_cast<Ms>(next - Clock::now()).count() + 1;
     return ms < 0 ? 0 : static_cast<int>(std::min<long long>(ms, 60000));
+}
+
+void Engine::wanted_copies(Clock::time_point now, std::vector<std::shared_ptr<Conn>> &handing) noexcept
+{
+    // mu held.
+    if (!copies_watch.load(std::memory_order_relaxed))
+        return;
+    copies::Ref refs[32];
+    const size_t n = copies::wanted(refs, 32);
+    for (size_t i = 0; i < n; ++i) {
+        auto it = std::find_if(conns.begin(), conns.end(),
+                               [&](const auto &kv) { return kv.second->copies_id() == refs[i].id; });
+        if (it == conns.end())
+            copies::move(refs[i], copies::State::wanted, copies::State::ended);  // (gone meanwhile)
+        else if (copies::move(refs[i], copies::State::wanted, copies::State::handing))
+            handing.push_back(it->second);
+    }
+    if (now >= copies_look) {
+        copies_look = now + Ms(250);
+        copies_watch.store(n > 0 || copies::watching(), std::memory_order_relaxed);
+    }
+}
+
+void Engine::hand_to_copies(std::vector<std::shared_ptr<Conn>> conns_wanted) noexcept
+{
+    // Each may take a round trip or more (the peer's frame): not on this thread.
+    try {
+        std::thread([v = conns_wanted] {
+            const auto until = Clock::now() + Ms(rt::config().fallback_wait_ms);
+            for (const auto &c : v)
+                c->leave_start(Conn::Leaving::fork);
+            for (const auto &c : v)
+                c->hand_to_copies(until, true);
+        }).detach();
+    } catch (...) {
+        for (const auto &c : conns_wanted)
+            c->copies_failed();
+    }
 }
 
 void Engine::reject(rdma_cm_id *id, Reason why) noexcept
@@ -1479,6 +1523,22 @@ void at_exit() noexcept
 
 void before_exec() noexcept
 {
+    // A fork child's copies of its parent's connections: each the new program inherits
+    // (a descriptor without close-on-exec) is asked for and becomes a kernel socket; the
+    // others the exec closes.
+    fdt::for_each([](int fd, const SocketRef &s) {
+        Conn *c = Conn::of(s->transport);
+        if (c == nullptr || !c->is_copy())
+            return;
+        const int fl = RS_REAL(fcntl)(fd, F_GETFD);
+        if (fl >= 0 && !(fl & FD_CLOEXEC))
+            c->claim_copy();
+    });
+    fdt::for_each([](int, const SocketRef &s) {
+        Conn *c = Conn::of(s->transport);
+        if (c != nullptr && c->is_copy())
+            c->drop_copy();  // (one claimed above: already)
+    });
     if (!ours())
         return;  // (nothing of ours in any stream; also a fork child's copies: the parent's)
     // Each connection once, whatever its numbers (a dup shares it), close-on-exec or not:
@@ -1514,9 +1574,25 @@ void retire(Conn &c) noexcept
 void lock_for_fork() noexcept { Conn::lock_drains(); }
 void unlock_after_fork() noexcept { Conn::unlock_drains(); }
 
+void after_fork_parent(pid_t child) noexcept
+{
+    // A connection shared with the child (process/copies.hh): the child may ask for it.
+    if (child > 0 && g_engine != nullptr && g_engine->running() && copies::mapped()) {
+        g_engine->copies_watch.store(true, std::memory_order_relaxed);
+        g_engine->wake();
+    }
+}
+
 void after_fork_child() noexcept
 {
     kits::after_fork_child();
+    // How this child wakes the parent's engine when it wants a connection of the
+    // parent's it holds a copy of.
+    if (g_engine != nullptr && g_engine->running() && copies::mapped()) {
+        const int fd = util::dup_high(g_engine->wake_fd());
+        if (fd >= 0)
+            copies::keep_wake(g_engine->pid, fd);
+    }
     new (&g_start_mu) std::mutex();
     new (&g_takeover_mu) std::mutex();
     // The parent's thread does not exist here and its RDMA objects are not ours: drop

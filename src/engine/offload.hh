@@ -56,7 +56,9 @@ void at_exit() noexcept;
 // through the kernel alone.  Each connection of this process goes back to its TCP
 // socket first (Conn::leave: a negotiation ends, a connection on RDMA falls back,
 // one that cannot is reset), bounded by RDMASOCK_FALLBACK_WAIT_MS in all; the closed
-// ones still sending their last bytes are waited for as at exit.
+// ones still sending their last bytes are waited for as at exit.  A fork child's copies
+// of its parent's connections that the new program inherits are asked for first
+// (Conn::claim_copy: the parent hands them back to TCP); those the exec closes are let go.
 void before_exec() noexcept;
 
 // A child the library's fork() did not make (_Fork, a raw clone or fork system call):
@@ -70,6 +72,8 @@ void lock_for_fork() noexcept;
 void unlock_after_fork() noexcept;
 // In a fork child: the parent's RDMA resources and thread are not ours.
 void after_fork_child() noexcept;
+// In the parent after fork() made `child` (-1: it failed).
+void after_fork_parent(pid_t child) noexcept;
 
 // Forget cached negative results (tests).
 void clear_cache() noexcept;

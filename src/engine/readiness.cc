@@ -88,6 +88,9 @@ Conn *conn_of(const SocketRef &s) noexcept
     return s ? Conn::of(s->transport) : nullptr;
 }
 
+// Null for a fork child's copy its owner has just handed back (a kernel socket now).
+Conn *claimed_copy(Conn *c) noexcept { return c != nullptr && c->claim_copy() ? nullptr : c; }
+
 // Register (EPOLL_CTL_ADD) or re-arm (EPOLL_CTL_MOD) the connection's eventfds for a
 // registration of `events` carrying `data`.
 int arm_shadows(int epfd, int op, uint32_t events, epoll_data_t data, Conn &c) noexcept
@@ -249,7 +252,7 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
     bool rdma = false;  // an offloaded socket on RDMA among them (kind 1)
     for (nfds_t i = 0; i < nfds; ++i) {
         SocketRef s = fds[i].fd >= 0 && fdt::offloaded(fds[i].fd) ? fdt::get(fds[i].fd) : SocketRef();
-        Conn *c = conn_of(s);
+        Conn *c = claimed_copy(conn_of(s));
         if (c && c->phase() == Conn::Phase::rdma) {
             c->begin_wait();  // the eventfds we sleep on must be current, and stay so
             map[i] = {1, k.size(), 0, s};
@@ -510,7 +513,7 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
 int epoll_ctl(int epfd, int op, int fd, epoll_event *ev) noexcept
 {
     SocketRef s = fdt::get(fd);
-    Conn *c = conn_of(s);
+    Conn *c = op != EPOLL_CTL_DEL ? claimed_copy(conn_of(s)) : conn_of(s);
     if (s && s->role == Role::listener && s->offloaded() && op != EPOLL_CTL_DEL) {
         const int e = errno;
         offload::listener_used(*s);  // (a fork child's first use of an inherited listener: offload.hh)

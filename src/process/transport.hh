@@ -65,8 +65,13 @@ public:
     // fork(): before it, in the parent; after it, in the child.
     virtual void before_fork() noexcept {}
     virtual void after_fork_child() noexcept {}
-    // In the parent after a fork.
-    virtual void after_fork_parent() noexcept {}
+    // In the parent after a fork: `child` (-1 when the fork failed).
+    virtual void after_fork_parent(pid_t) noexcept {}
+    // A fork child's copy of a connection with RDMA bound, about to be used here: true
+    // once its owner handed the connection back to its TCP socket, which is from then on
+    // a plain kernel socket in this process too (process/copies.hh).  False: not such a
+    // copy, or the owner could not (the copy reports a reset).
+    virtual bool claim_copy() noexcept { return false; }
     // Another process's connection (logged there): this process's copy logs nothing at
     // its close.  A fork child's copy of a connection with RDMA bound; an accepted
     // connection unused at a fork (a fork child may serve it).

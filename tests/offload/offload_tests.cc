@@ -1754,16 +1754,21 @@ void servers_fork_per_conn(bool async)
 
 // A client whose connection is on RDMA forks mid-connection; the child does MODE to its
 // copy (close; close every descriptor; exit(3), which runs the library's exit step;
-// exec with the descriptor inherited; use it: a write and a read both fail, sending
-// nothing) and ends while the parent waits, then the parent goes on.  The parent's
-// connection stays on RDMA, byte-exact at both ends.  raw-exit, raw-exec: the child made
-// by _Fork(), which the library's fork() does not see (before, its exit sent the
-// parent's FIN, its exec handed the parent's connection back to TCP).
+// exec with the descriptor inherited; use it: a wait for input) and ends while the
+// parent waits, then the parent goes on.  The parent's connection stays on RDMA,
+// byte-exact at both ends, unless the child used its copy or exec'd with it inherited
+// (the new program may use it): then the parent's library hands the connection back to
+// its TCP socket first, and both processes share the kernel socket (the stream goes on
+// over TCP, byte-exact, fell_back at both ends; before, the child's copy reported a
+// reset, and the new program's bytes would have been lost).  raw-exit, raw-exec: the
+// child made by _Fork(), which the library's fork() does not see (before, its exit sent
+// the parent's FIN, its exec handed the parent's connection back to TCP).
 void servers_fork_live(const std::string &mode)
 {
     Side s, c;
     c.args = {"--fork-child", mode};
-    run_streams("servers/fork_live_" + mode, {{2u << 20, 2u << 20, "write", false}}, s, c, false);
+    run_streams("servers/fork_live_" + mode, {{2u << 20, 2u << 20, "write", false}}, s, c, false, {},
+                mode == "use" || mode == "exec" ? "fell_back" : "");
 }
 
 // A client execs itself in the middle of its connection, the socket inherited (issue 14,
@@ -1801,13 +1806,16 @@ Fields fallback_line(const PeerRun &p)
 
 // The process that went on with a connection after an exec or a pass (its first line):
 // every byte of a 2 MiB stream each way and the EOF, on a socket no library knows
-// (RDMASOCK_INFO unanswered: transport=none).
-void expect_continued(const PeerRun &p, const char *who, const std::string &name, const Pair &pr)
+// (RDMASOCK_INFO unanswered: transport=none), or (a fork child's copy, handed back) one
+// its library knows as a kernel socket (transport=tcp, reason forked).
+void expect_continued(const PeerRun &p, const char *who, const std::string &name, const Pair &pr,
+                      const std::string &transport = "none")
 {
     const uint64_t n = 2u << 20;
     const Fields *f = p.conn(0);
     BOOST_CHECK_MESSAGE(f != nullptr && num(*f, "sent") == n && num(*f, "received") == n && field(*f, "eof") == "1" &&
-                            field(*f, "transport") == "none" && f->count("exec_continued"),
+                            field(*f, "transport") == transport && f->count("exec_continued") &&
+                            (transport != "tcp" || field(*f, "reason") == "forked"),
                         name << ": " << who << " did not finish the stream on the kernel socket\n" << pr.describe());
 }
 
@@ -1869,6 +1877,31 @@ void servers_exec_self(const std::string &when, bool async, bool nolib)
         expect_residue_resent(pr.client, pr.server, name, pr);
 }
 
+// An echo server hands its connection on to another process after 1 MiB of a 2 MiB
+// stream, the connection on RDMA (`how`: the server's arguments for it); `who` goes on
+// with it, seeing `transport` (expect_continued), and the server's fallback says `why`.
+void echo_handed_on(const std::string &name, bool async, const std::vector<std::string> &how, const char *who,
+                    const std::string &transport, const std::string &why)
+{
+    const int64_t n = 2 << 20;
+    Side s = async ? async_side() : Side{}, c = async ? async_side() : Side{};
+    s.args = {"--plan", "2M:2M:write", "--echo"};
+    s.args.insert(s.args.end(), how.begin(), how.end());
+    c.args = {"--plan", "2M:2M:write", "--expect-echo", "--wait-rdma"};
+    Pair pr = run_pair(name, s, c);
+    expect_clean_exit(pr.server, name);
+    expect_clean_exit(pr.client, name);
+    const Fields from = exec_from_line(pr.server);
+    BOOST_CHECK_MESSAGE(field(from, "transport") == "rdma" && num(from, "received") == 1048576,
+                        name << ": when it handed the connection on, the server's was not on RDMA after 1 MiB\n"
+                             << pr.describe());
+    expect_continued(pr.server, who, name, pr, transport);
+    expect_conn(pr.client, 0, "tcp", {"fell_back"}, n, n, name);
+    BOOST_CHECK_MESSAGE(pr.server.log.find("why=\"" + why + "\"") != std::string::npos,
+                        name << ": no fallback (" << why << ") in the server's log\n" << pr.describe());
+    expect_residue_resent(pr.server, pr.client, name, pr);
+}
+
 // A dispatcher (issue 17, point 3): the echo server reads and echoes the first 1 MiB,
 // then passes the connection with SCM_RIGHTS to a new process (peer --pass-after), which
 // echoes the rest over the kernel socket.  At the pass the connection is on RDMA with
@@ -1877,22 +1910,25 @@ void servers_exec_self(const std::string &when, bool async, bool nolib)
 // ends, then the EOF.
 void servers_pass_worker(bool async)
 {
-    const std::string name = std::string("servers/pass_to_worker") + (async ? "_async" : "");
-    const int64_t n = 2 << 20;
-    Side s = async ? async_side() : Side{}, c = async ? async_side() : Side{};
-    s.args = {"--plan", "2M:2M:write", "--echo", "--pass-after", "1048576"};
-    c.args = {"--plan", "2M:2M:write", "--expect-echo", "--wait-rdma"};
-    Pair pr = run_pair(name, s, c);
-    expect_clean_exit(pr.server, name);
-    expect_clean_exit(pr.client, name);
-    const Fields from = exec_from_line(pr.server);
-    BOOST_CHECK_MESSAGE(field(from, "transport") == "rdma" && num(from, "received") == 1048576,
-                        name << ": at the pass the server's connection was not on RDMA after 1 MiB\n" << pr.describe());
-    expect_continued(pr.server, "the worker", name, pr);
-    expect_conn(pr.client, 0, "tcp", {"fell_back"}, n, n, name);
-    BOOST_CHECK_MESSAGE(pr.server.log.find("why=\"the program passed the socket on\"") != std::string::npos,
-                        name << ": no fallback for the pass in the server's log\n" << pr.describe());
-    expect_residue_resent(pr.server, pr.client, name, pr);
+    echo_handed_on(std::string("servers/pass_to_worker") + (async ? "_async" : ""), async, {"--pass-after", "1048576"},
+                   "the worker", "none", "the program passed the socket on");
+}
+
+// A server that forks after bytes were exchanged, the connection on RDMA (issue 14,
+// point 2; peer --fork-after): it echoes 1 MiB of a 2 MiB stream, then a fork child goes
+// on with the echo, while the parent closes its copy at once (close: a server that read
+// a request, then forks a child to answer it), keeps it open until the child ends (keep:
+// the child's first read asks the parent for the connection), or the child execs a new
+// image of the server that goes on (exec: inetd, CGI; the parent keeps its copy).  The
+// parent's library hands the connection back to its TCP socket first, the bytes of the
+// client's that its ring held unread resent by the client.  Before, the child's copy
+// reported ECONNRESET at its first read.  Every byte arrives once and in order at both
+// ends, then the EOF.
+void servers_fork_after(const std::string &mode, bool async)
+{
+    echo_handed_on("servers/fork_after_" + mode + (async ? "_async" : ""), async,
+                   {"--fork-after", "1048576", "--fork-mode", mode}, "the fork child", mode == "exec" ? "none" : "tcp",
+                   "a fork child holds the socket");
 }
 
 // A pre-fork echo server and a client that writes 1 MB in calls of 1 to 64 bytes: many
@@ -3897,6 +3933,10 @@ bool init_tests()
     add(srv, "pass_after_mmsg_async", [] { servers_exec_self("pass-mmsg", true, false); });
     add(srv, "pass_to_worker", [] { servers_pass_worker(false); });
     add(srv, "pass_to_worker_async", [] { servers_pass_worker(true); });
+    for (std::string m : {"close", "keep", "exec"}) {
+        add(srv, "fork_after_" + m, [m] { servers_fork_after(m, false); });
+        add(srv, "fork_after_" + m + "_async", [m] { servers_fork_after(m, true); });
+    }
     master.add(srv);
 
     auto *fb = BOOST_TEST_SUITE("fallback");

@@ -148,6 +148,8 @@ struct Options {
     int cont_fd = -1;             // --exec-continue: the inherited connection, and where it was
     int recv_from = -1;           // --receive-from: where the passed connection comes
     uint64_t pass_after = 0;      // --pass-after N (echo server): then to a new process
+    uint64_t fork_after = 0;      // --fork-after N (echo server): then a fork child goes on
+    std::string fork_mode = "close";  // --fork-mode: close|keep|exec (fork_after_child)
     bool wait_rdma = false;       // --wait-rdma (client, seq plans): the stream once on RDMA
     uint64_t cont_sent = 0, cont_received = 0;
     bool push = false;        // server: write only, never read
@@ -695,14 +697,14 @@ std::string fork_child(int fd)
             execl("/bin/true", "true", static_cast<char *>(nullptr));
             rc = 4;
         } else if (m == "use") {
-            // The copy is the parent's connection on RDMA: it reports a reset, and sends
-            // nothing (a write that went out would reach the peer as foreign bytes).
-            char b = 'x';
-            ssize_t w = send(fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-            int we = errno;
-            ssize_t r = recv(fd, &b, 1, MSG_DONTWAIT);
-            int re = errno;
-            if (!(w < 0 && (we == EPIPE || we == ECONNRESET)) || !(r <= 0 && (r == 0 || re == ECONNRESET || re == EPIPE)))
+            // The copy is the parent's connection on RDMA: a wait for input on it asks the
+            // parent for it, and it is a kernel socket from then on, in both processes
+            // (reason forked here).  Nothing is sent: the parent's stream goes on.
+            pollfd p{fd, POLLIN, 0};
+            const int n = poll(&p, 1, 0);
+            Info in = get_info(fd);
+            if (n < 0 || (p.revents & (POLLERR | POLLNVAL)) || !in.ok || in.i.transport != RDMASOCK_TCP ||
+                strcmp(in.i.reason_code, "forked") != 0)
                 rc = 5;
         } else {
             rc = 6;
@@ -869,6 +871,39 @@ void exec_self(int fd, const Entry &e, Counts &c)
     die("exec: %s", strerror(errno));
 }
 
+// --fork-after: the echo goes on in a fork child (this function returns there), with
+// the parent's copy of the connection closed at once (close: a server that read a
+// request, then forks a child to answer it), or kept open until the child ends (keep),
+// or the child execs this program to go on (exec: inetd, CGI).  The parent ends as the
+// child does, and prints nothing more.
+void fork_after_child(int fd, const std::string &counts)
+{
+    fflush(stdout);
+    const pid_t p = fork();
+    if (p < 0)
+        die("fork: %s", strerror(errno));
+    if (p == 0) {
+        if (opt.fork_mode != "exec")
+            return;
+        std::vector<std::string> args = own_args();
+        args.push_back("--exec-continue");
+        args.push_back(std::to_string(fd) + ":" + counts);
+        std::vector<char *> argv = argv_of(args);
+        fcntl(fd, F_SETFD, 0);  // (inherited by the new image)
+        execv("/proc/self/exe", argv.data());
+        die("exec: %s", strerror(errno));
+    }
+    if (opt.fork_mode == "close" && close(fd) != 0)
+        errorf(kCallFailed, "close of the parent's copy: %s", strerror(errno));
+    int st = 0;
+    while (waitpid(p, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (opt.fork_mode != "close")
+        close(fd);
+    fflush(stdout);
+    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : kCallFailed);
+}
+
 // --exec-continue: the new image's part, from where the old one stopped, both
 // directions at once (the echo of what it sends comes back meanwhile).
 void exec_continue(int fd, const Entry &e, Counts &c)
@@ -916,7 +951,7 @@ void stream(int fd, const Entry &e, Counts &c, std::string &extra)
         }
     }
     if (opt.echo) {
-        if (opt.recv_from >= 0) {  // (--pass-after's receiver)
+        if (opt.recv_from >= 0 || opt.cont_fd >= 0) {  // (--pass-after's receiver, --fork-mode exec's image)
             c.sent = opt.cont_sent;
             c.received = opt.cont_received;
             echo(fd, to_recv, c, opt.cont_received);
@@ -926,6 +961,13 @@ void stream(int fd, const Entry &e, Counts &c, std::string &extra)
         if (opt.pass_after > 0) {
             echo(fd, to_recv, c, 0, opt.pass_after);
             pass_on(fd, leaving_point(fd, c));
+        }
+        if (opt.fork_after > 0) {
+            echo(fd, to_recv, c, 0, opt.fork_after);
+            fork_after_child(fd, leaving_point(fd, c));
+            echo(fd, to_recv, c, c.received);
+            extra += " exec_continued=1";
+            return;
         }
         echo(fd, to_recv, c);
         return;
@@ -2259,6 +2301,7 @@ int main(int argc, char **argv)
         {"exec-continue", required_argument, nullptr, 'Z'},
         {"receive-from", required_argument, nullptr, 'V'}, {"pass-after", required_argument, nullptr, '1'},
         {"wait-rdma", no_argument, nullptr, '2'},
+        {"fork-after", required_argument, nullptr, '3'}, {"fork-mode", required_argument, nullptr, '4'},
         {nullptr, 0, nullptr, 0}};
     optind = 2;
     int ch;
@@ -2313,6 +2356,12 @@ int main(int argc, char **argv)
         case 'V': opt.recv_from = atoi(optarg); break;
         case '1': opt.pass_after = strtoull(optarg, nullptr, 10); break;
         case '2': opt.wait_rdma = true; break;
+        case '3': opt.fork_after = strtoull(optarg, nullptr, 10); break;
+        case '4':
+            opt.fork_mode = optarg;
+            if (opt.fork_mode != "close" && opt.fork_mode != "keep" && opt.fork_mode != "exec")
+                usage();
+            break;
         case 'u': opt.push = true; break;
         case 'z': opt.stall_ms = atoi(optarg); break;
         case 'y': opt.warmup = optarg; break;
@@ -2330,6 +2379,9 @@ int main(int argc, char **argv)
     int rc = kOk;
     if (opt.recv_from >= 0) {  // (the receiver of --exec-self pass or --pass-after: its one connection)
         receive_passed();
+        serve_connection(opt.cont_fd, 0, 0);
+        rc = g_exit;
+    } else if (opt.server && opt.cont_fd >= 0) {  // (--fork-mode exec: the child's new image)
         serve_connection(opt.cont_fd, 0, 0);
         rc = g_exit;
     } else {

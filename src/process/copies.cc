@@ -1,0 +1,350 @@
+#include "process/copies.hh"
+
+#include <cerrno>
+#include <new>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/real.hh"
+
+namespace rdmasock::copies {
+
+namespace {
+
+constexpr unsigned kSlots = 16384;  // 640 KiB of address space, touched as used
+constexpr unsigned kHolders = 4;    // processes named per slot (more: held while it lives)
+constexpr uint64_t kClaiming = ~0ull;
+
+struct Slot {
+    std::atomic<uint64_t> id;  // 0: free
+    std::atomic<uint32_t> state;
+    std::atomic<int32_t> owner;
+    std::atomic<int32_t> holders[kHolders];
+    std::atomic<uint32_t> overflow;  // a holder not named: held until the owner releases it
+    std::atomic<uint32_t> released;  // the owner is done; freed once no holder lives
+};
+
+struct Table {
+    std::atomic<uint64_t> next_id;
+    std::atomic<uint32_t> high;  // slots [0, high) have been used
+    std::atomic<uint32_t> hint;  // where the next search for a free slot starts
+    Slot slots[kSlots];
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int32_t>::is_always_lock_free,
+              "the table is shared between processes: its atomics must be lock-free");
+
+// Shared with the fork children made after it was mapped (never unmapped: they may look).
+std::atomic<Table *> g_table{nullptr};
+
+Table *table() noexcept { return g_table.load(std::memory_order_acquire); }
+
+Table *map_table() noexcept
+{
+    if (Table *t = table())
+        return t;
+    void *p = mmap(nullptr, sizeof(Table), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return nullptr;
+    Table *t = new (p) Table();  // (zero pages: every slot free)
+    Table *none = nullptr;
+    if (!g_table.compare_exchange_strong(none, t, std::memory_order_acq_rel)) {
+        munmap(p, sizeof(Table));
+        return none;
+    }
+    return t;
+}
+
+Slot *slot_of(Ref r) noexcept
+{
+    Table *t = table();
+    if (t == nullptr || !r || r.index >= kSlots)
+        return nullptr;
+    Slot &s = t->slots[r.index];
+    return s.id.load(std::memory_order_acquire) == r.id ? &s : nullptr;
+}
+
+// Liveness of a few processes, each looked up once per scan.
+class AliveCache {
+public:
+    bool operator()(pid_t p) noexcept
+    {
+        for (unsigned i = 0; i < n_; ++i)
+            if (pid_[i] == p)
+                return alive_[i];
+        const bool a = alive(p);
+        if (n_ < kN) {
+            pid_[n_] = p;
+            alive_[n_++] = a;
+        }
+        return a;
+    }
+
+private:
+    static constexpr unsigned kN = 16;
+    pid_t pid_[kN] = {};
+    bool alive_[kN] = {};
+    unsigned n_ = 0;
+};
+
+// A holder other than this process that lives; dead ones are forgotten on the way.
+bool live_holder(Slot &s, pid_t self, AliveCache &alive_now) noexcept
+{
+    if (s.overflow.load(std::memory_order_acquire) != 0)
+        return true;
+    bool any = false;
+    for (auto &h : s.holders) {
+        int32_t p = h.load(std::memory_order_acquire);
+        if (p == 0 || p == self)
+            continue;
+        if (alive_now(p))
+            any = true;
+        else
+            h.compare_exchange_strong(p, 0, std::memory_order_acq_rel);
+    }
+    return any;
+}
+
+bool no_holder(Slot &s) noexcept
+{
+    if (s.overflow.load(std::memory_order_acquire) != 0)
+        return false;
+    for (auto &h : s.holders)
+        if (h.load(std::memory_order_acquire) != 0)
+            return false;
+    return true;
+}
+
+void free_slot(Slot &s, uint64_t id) noexcept { s.id.compare_exchange_strong(id, 0, std::memory_order_acq_rel); }
+
+// Claims slot `i` whose id is `seen` (0, or a slot nobody can need any more).
+Ref claim(Table &t, unsigned i, uint64_t seen, pid_t self) noexcept
+{
+    Slot &s = t.slots[i];
+    if (!s.id.compare_exchange_strong(seen, kClaiming, std::memory_order_acq_rel))
+        return {};
+    s.state.store(static_cast<uint32_t>(State::owned), std::memory_order_relaxed);
+    s.owner.store(self, std::memory_order_relaxed);
+    for (auto &h : s.holders)
+        h.store(0, std::memory_order_relaxed);
+    s.overflow.store(0, std::memory_order_relaxed);
+    s.released.store(0, std::memory_order_relaxed);
+    const uint64_t id = t.next_id.fetch_add(1, std::memory_order_relaxed) + 1;
+    s.id.store(id, std::memory_order_release);
+    uint32_t h = t.high.load(std::memory_order_relaxed);
+    while (h < i + 1 && !t.high.compare_exchange_weak(h, i + 1, std::memory_order_acq_rel)) {
+    }
+    t.hint.store((i + 1) % kSlots, std::memory_order_relaxed);
+    return {i, id};
+}
+
+// The owners' wake-up descriptors (a fork child's, inherited by its own children).
+struct Wake {
+    std::atomic<pid_t> owner{0};
+    std::atomic<int> fd{-1};
+};
+Wake g_wakes[8];
+
+}  // namespace
+
+void keep_wake(pid_t owner, int fd) noexcept
+{
+    for (auto &w : g_wakes) {
+        pid_t none = 0;
+        if (w.owner.load(std::memory_order_relaxed) == owner || w.owner.compare_exchange_strong(none, owner)) {
+            const int old = w.fd.exchange(fd, std::memory_order_acq_rel);
+            if (old >= 0 && old != fd)
+                RS_REAL(close)(old);
+            return;
+        }
+    }
+    RS_REAL(close)(fd);  // (more owners than entries: the engine's look every 250 ms)
+}
+
+void wake(pid_t owner) noexcept
+{
+    for (auto &w : g_wakes)
+        if (w.owner.load(std::memory_order_relaxed) == owner) {
+            const int fd = w.fd.load(std::memory_order_acquire);
+            uint64_t one = 1;
+            if (fd >= 0 && RS_REAL(write)(fd, &one, sizeof one) < 0) {
+            }
+            return;
+        }
+}
+
+void on_fds_closed(unsigned first, unsigned last) noexcept
+{
+    for (auto &w : g_wakes) {
+        int fd = w.fd.load(std::memory_order_relaxed);
+        if (fd >= 0 && static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last)
+            w.fd.compare_exchange_strong(fd, -1, std::memory_order_acq_rel);
+    }
+}
+
+bool alive(pid_t pid) noexcept
+{
+    if (pid <= 0)
+        return false;
+#ifdef SYS_pidfd_open
+    // (A pidfd is readable once the process has exited, reaped or not.)
+    const long fd = syscall(SYS_pidfd_open, pid, 0);
+    if (fd >= 0) {
+        pollfd p{static_cast<int>(fd), POLLIN, 0};
+        const int r = RS_REAL(poll)(&p, 1, 0);
+        RS_REAL(close)(static_cast<int>(fd));
+        return !(r > 0 && (p.revents & POLLIN));
+    }
+    if (errno == ESRCH)
+        return false;
+#endif
+    return kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+Ref add() noexcept
+{
+    Table *t = map_table();
+    if (t == nullptr)
+        return {};
+    const pid_t self = getpid();
+    const unsigned from = t->hint.load(std::memory_order_relaxed) % kSlots;
+    for (unsigned k = 0; k < kSlots; ++k) {
+        const unsigned i = (from + k) % kSlots;
+        if (t->slots[i].id.load(std::memory_order_acquire) == 0)
+            if (Ref r = claim(*t, i, 0, self))
+                return r;
+    }
+    // Full: take a slot whose owner and holders are all gone (they died without a word).
+    AliveCache alive_now;
+    for (unsigned i = 0; i < kSlots; ++i) {
+        Slot &s = t->slots[i];
+        const uint64_t id = s.id.load(std::memory_order_acquire);
+        if (id == 0 || id == kClaiming)
+            continue;
+        const bool owner_done =
+            s.released.load(std::memory_order_acquire) != 0 || !alive_now(s.owner.load(std::memory_order_relaxed));
+        if (owner_done && !live_holder(s, 0, alive_now))
+            if (Ref r = claim(*t, i, id, self))
+                return r;
+    }
+    return {};
+}
+
+void add_holder(Ref r, pid_t pid) noexcept
+{
+    Slot *s = slot_of(r);
+    if (s == nullptr || pid <= 0)
+        return;
+    for (auto &h : s->holders) {
+        int32_t none = 0;
+        if (h.compare_exchange_strong(none, pid, std::memory_order_acq_rel))
+            return;
+    }
+    s->overflow.store(1, std::memory_order_release);
+}
+
+void drop_holder(Ref r) noexcept
+{
+    Slot *s = slot_of(r);
+    if (s == nullptr)
+        return;
+    const pid_t self = getpid();
+    for (auto &h : s->holders) {
+        int32_t p = self;
+        h.compare_exchange_strong(p, 0, std::memory_order_acq_rel);
+    }
+    if (s->released.load(std::memory_order_acquire) != 0 && no_holder(*s))
+        free_slot(*s, r.id);
+}
+
+bool held(Ref r) noexcept
+{
+    Slot *s = slot_of(r);
+    if (s == nullptr)
+        return false;
+    AliveCache alive_now;
+    return live_holder(*s, getpid(), alive_now);
+}
+
+State state(Ref r) noexcept
+{
+    Slot *s = slot_of(r);
+    return s == nullptr ? State::ended : static_cast<State>(s->state.load(std::memory_order_acquire));
+}
+
+bool move(Ref r, State from, State to) noexcept
+{
+    Slot *s = slot_of(r);
+    uint32_t f = static_cast<uint32_t>(from);
+    return s != nullptr && s->state.compare_exchange_strong(f, static_cast<uint32_t>(to), std::memory_order_acq_rel);
+}
+
+void set(Ref r, State st) noexcept
+{
+    if (Slot *s = slot_of(r))
+        s->state.store(static_cast<uint32_t>(st), std::memory_order_release);
+}
+
+void release(Ref r) noexcept
+{
+    Slot *s = slot_of(r);
+    if (s == nullptr)
+        return;
+    s->released.store(1, std::memory_order_release);
+    AliveCache alive_now;
+    if (!live_holder(*s, getpid(), alive_now))
+        free_slot(*s, r.id);
+}
+
+bool mapped() noexcept { return table() != nullptr; }
+
+size_t wanted(Ref *refs, size_t max) noexcept
+{
+    Table *t = table();
+    if (t == nullptr)
+        return 0;
+    const pid_t self = getpid();
+    size_t n = 0;
+    const uint32_t high = t->high.load(std::memory_order_acquire);
+    for (uint32_t i = 0; i < high && n < max; ++i) {
+        Slot &s = t->slots[i];
+        const uint64_t id = s.id.load(std::memory_order_acquire);
+        if (id != 0 && id != kClaiming && s.owner.load(std::memory_order_relaxed) == self &&
+            s.state.load(std::memory_order_acquire) == static_cast<uint32_t>(State::wanted))
+            refs[n++] = Ref{i, id};
+    }
+    return n;
+}
+
+bool watching() noexcept
+{
+    Table *t = table();
+    if (t == nullptr)
+        return false;
+    const pid_t self = getpid();
+    AliveCache alive_now;
+    bool any = false;
+    const uint32_t high = t->high.load(std::memory_order_acquire);
+    for (uint32_t i = 0; i < high; ++i) {
+        Slot &s = t->slots[i];
+        const uint64_t id = s.id.load(std::memory_order_acquire);
+        if (id == 0 || id == kClaiming || s.owner.load(std::memory_order_relaxed) != self ||
+            s.released.load(std::memory_order_acquire) != 0)
+            continue;
+        const auto st = static_cast<State>(s.state.load(std::memory_order_acquire));
+        if ((st == State::owned || st == State::wanted) && live_holder(s, self, alive_now))
+            any = true;
+    }
+    return any;
+}
+
+pid_t owner(Ref r) noexcept
+{
+    Slot *s = slot_of(r);
+    return s == nullptr ? 0 : s->owner.load(std::memory_order_relaxed);
+}
+
+}  // namespace rdmasock::copies
