@@ -1223,6 +1223,8 @@ pid_t fork() noexcept
         });
         offload::after_fork_parent(r);
     }
+    if (r != 0)
+        copies::note_fork_shares(false);  // (the child's: offload::after_fork_child)
     if (r == 0) {
         ErrnoGuard g;
         util::fd_gate_after_fork_child();
@@ -1231,8 +1233,8 @@ pid_t fork() noexcept
         streams_after_fork_child();
         report::after_fork_child();
         readiness::after_fork_child();
-        // Offloaded connections belong to the process that made them: in the child
-        // they report ECONNRESET (documented in rdmasock(7), FORK).
+        // Offloaded connections belong to the process that made them: the child's
+        // copies are asked for at their first use (Conn::claim_copy; rdmasock(7), FORK).
         fdt::for_each([](int, const SocketRef &s) {
             if (s->transport != nullptr)
                 s->transport.load()->after_fork_child();

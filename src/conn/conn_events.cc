@@ -97,8 +97,8 @@ bool Conn::start_fallback_locked(const char *why) noexcept
     // Our count: what we hold of the peer's stream (read, or in the ring: read first;
     // only what the program read when the connection leaves the process, leave()).
     const uint64_t residue = ring_.avail();
-    const uint64_t count = ring_.consumed() + (leaving_ ? 0 : residue);
-    if (leaving_)
+    const uint64_t count = ring_.consumed() + (leaving_ > 0 ? 0 : residue);
+    if (leaving_ > 0)
         ring_.drop_residue();
     fb_.begin(count, start, ring_.produced(), st.shut_wr, sw_.nonce(),
               {ring_.staging(), ring_.staging_size()});
@@ -218,16 +218,18 @@ const char *fallback_cause(Conn::Leaving how) noexcept
     switch (how) {
     case Conn::Leaving::exec: return "the program exec'd";
     case Conn::Leaving::pass: return "the program passed the socket on";
-    default: return "a fork child holds the socket";
+    case Conn::Leaving::fork: return "a fork child holds the socket";
     }
+    return "";
 }
 const char *leave_cause(Conn::Leaving how) noexcept
 {
     switch (how) {
     case Conn::Leaving::exec: return "the process exec'd";
     case Conn::Leaving::pass: return "the program passed the socket on (SCM_RIGHTS)";
-    default: return "handed to a fork child's copy";
+    case Conn::Leaving::fork: return "handed to a fork child's copy";
     }
+    return "";
 }
 // A negotiation ended by it: the socket's reason.
 Reason leave_reason(Conn::Leaving how) noexcept
@@ -235,14 +237,15 @@ Reason leave_reason(Conn::Leaving how) noexcept
     switch (how) {
     case Conn::Leaving::exec: return Reason::closed_early;
     case Conn::Leaving::pass: return Reason::passed;
-    default: return Reason::forked;
+    case Conn::Leaving::fork: return Reason::forked;
     }
+    return Reason::forked;
 }
 // Conn::leaving_ while it lives.
 struct LeavingFlag {
-    bool &on;
-    explicit LeavingFlag(bool &f) noexcept : on(f) { on = true; }
-    ~LeavingFlag() { on = false; }
+    int &on;
+    explicit LeavingFlag(int &f) noexcept : on(f) { ++on; }
+    ~LeavingFlag() { --on; }
 };
 }  // namespace
 
@@ -250,6 +253,12 @@ void Conn::leave_fail_locked(Leaving how, const char *what) noexcept
 {
     char why[160];
     snprintf(why, sizeof why, "%s %s", leave_cause(how), what);
+    if (how == Leaving::fork) {
+        // This process still has the connection: it goes on as it was (a fallback under
+        // way finishes on its own), and the copies report a reset.
+        RS_DEBUG("connection fd=%d: not %s", shown_fd(), why);
+        return;
+    }
     fail_and_abort_locked(why);
 }
 
@@ -363,9 +372,7 @@ void Conn::leave(Clock::time_point until, Leaving how) noexcept
     }
     // (A fallback under way before this counted the ring's residue as ours: the socket's
     // next reader cannot get it.)
-    // (For a fork child's copy, though, the residue stays this process's to read: both
-    // share the kernel socket from now on.)
-    const bool started = !st.broken() && (fb_.active() ? ring_.avail() == 0 || how == Leaving::fork
+    const bool started = !st.broken() && (fb_.active() ? ring_.avail() == 0
                                                        : !awaiting_ && start_fallback_locked(fallback_cause(how)));
     while (started && !st.broken() && !closed_ && !(fb_.out_done() && fb_.in_done()) && Clock::now() < until) {
         fallback_step_locked(tcp_fd());

@@ -101,12 +101,20 @@ void Conn::before_fork() noexcept
         decide_tcp_locked(Reason::forked);
     // One with RDMA bound (or a copy of one, which a child of this child holds too): the
     // child's copy can have it back on the TCP socket when it uses it (process/copies.hh).
-    const Phase p = sw_.phase();
-    if (closed_ || copy_claimed_.load(std::memory_order_relaxed) || (p != Phase::rdma && p != Phase::verifying))
+    if (!shared_at_fork_locked())
         return;
-    if (!share_ && !parent_copy_.load(std::memory_order_relaxed))
-        share_ = copies::add();
-    sharing_fork_ = static_cast<bool>(share_);
+    if (!share() && !is_copy()) {
+        const copies::Ref r = copies::add();
+        share_.store(r ? r.id << kShareIndexBits | r.index : 0, std::memory_order_release);
+    }
+    if (share())
+        copies::note_fork_shares(true);
+}
+
+bool Conn::shared_at_fork_locked() const noexcept
+{
+    const Phase p = sw_.phase();
+    return !closed_ && !copy_claimed_.load(std::memory_order_relaxed) && (p == Phase::rdma || p == Phase::verifying);
 }
 
 void Conn::after_fork_parent(pid_t child) noexcept
@@ -114,74 +122,127 @@ void Conn::after_fork_parent(pid_t child) noexcept
     std::lock_guard<std::mutex> lk(mu_);
     if (side_ == Side::server && sw_.phase() == Phase::maybe && !sw_.interested() && !closed_ && child > 0)
         forked_unused_.store(true, std::memory_order_release);
-    if (sharing_fork_ && child > 0)
-        copies::add_holder(share_, child);
-    sharing_fork_ = false;
+    if (child > 0 && shared_at_fork_locked())
+        copies::add_holder(share(), child);  // (once per process: a socket may have several numbers)
+}
+
+copies::Ref Conn::share() const noexcept
+{
+    const uint64_t w = share_.load(std::memory_order_acquire);
+    return w == 0 ? copies::Ref{} : copies::Ref{static_cast<uint32_t>(w & ((1u << kShareIndexBits) - 1)),
+                                                w >> kShareIndexBits};
+}
+
+bool Conn::ask_copy() noexcept
+{
+    if (!is_copy() || copy_claimed_.load(std::memory_order_acquire) || copy_failed_.load(std::memory_order_acquire))
+        return false;
+    const copies::Ref r = share();
+    if (!r)
+        return false;
+    if (copies::ask(r))
+        copies::wake(copies::owner(r));
+    return true;
 }
 
 bool Conn::claim_copy() noexcept
 {
-    if (!parent_copy_.load(std::memory_order_acquire) || !share_)
+    if (!is_copy() || copy_failed_.load(std::memory_order_acquire))
         return false;
     if (copy_claimed_.load(std::memory_order_acquire))
         return true;
+    const copies::Ref r = share();
+    if (!r)
+        return false;
     using copies::State;
+    const int saved_errno = errno;
     // The owner hands it back within its fallback's time (its engine looks at once when
-    // woken, else within 250 ms); an owner that is gone never will.
-    const pid_t owner = copies::owner(share_);
+    // woken, else within 250 ms); an owner that is gone never will.  (Meanwhile the call
+    // waits, even a nonblocking one: once per copy.)
+    const pid_t owner = copies::owner(r);
     const auto until = Clock::now() + std::chrono::milliseconds(rt::config().fallback_wait_ms + 1000);
     auto next_look = Clock::now();
-    for (bool asked = false;;) {
-        const State st = copies::state(share_);
-        if (st == State::tcp)
-            break;
-        if (st == State::ended)
-            return false;
-        if (st == State::owned && !asked) {
-            asked = copies::move(share_, State::owned, State::wanted);
-            copies::wake(owner);
-            continue;
-        }
+    ask_copy();
+    State st;
+    while ((st = copies::state(r)) != State::tcp && st != State::ended) {
         const auto now = Clock::now();
-        if (now >= until)
-            return false;
-        if (now >= next_look) {
-            if (!copies::alive(owner))
-                return false;
+        if (now >= until || (now >= next_look && !copies::alive(owner)))
+            break;
+        if (now >= next_look)
             next_look = now + std::chrono::milliseconds(100);
-        }
         usleep(1000);
     }
-    if (copy_claimed_.exchange(true, std::memory_order_acq_rel))
-        return true;
-    copies::drop_holder(share_);
-    if (sock_ != nullptr) {
-        sock_->reason.store(Reason::forked, std::memory_order_relaxed);
-        sock_->set_offloaded(false);  // (its calls take the kernel's path from now on)
+    if (st != State::tcp) {
+        // Not to be had: the copy reports a reset from now on, at once (an owner that
+        // takes the ask up later finds it ended).
+        copies::move(r, State::wanted, State::ended);
+        copy_failed_.store(true, std::memory_order_release);
+        errno = saved_errno;
+        return false;
     }
-    RS_DEBUG("connection fd=%d: a fork child's copy, handed back to its TCP socket by process %d", shown_fd(),
-             static_cast<int>(owner));
+    if (!copy_claimed_.exchange(true, std::memory_order_acq_rel)) {
+        copies::drop_holder(r);
+        if (sock_ != nullptr) {
+            sock_->reason.store(Reason::forked, std::memory_order_relaxed);
+            sock_->set_offloaded(false);  // (its calls take the kernel's path from now on)
+        }
+        RS_DEBUG("connection fd=%d: a fork child's copy, handed back to its TCP socket by process %d", shown_fd(),
+                 static_cast<int>(owner));
+    }
+    errno = saved_errno;
     return true;
+}
+
+void Conn::drop_copy() noexcept
+{
+    if (is_copy() && !copy_claimed_.load(std::memory_order_acquire))
+        copies::drop_holder(share());
+}
+
+bool Conn::take_for_copies() noexcept
+{
+    using copies::State;
+    const copies::Ref r = share();
+    return r && !is_copy() && (copies::move(r, State::owned, State::handing) || copies::move(r, State::wanted, State::handing));
 }
 
 void Conn::hand_to_copies(Clock::time_point until, bool taken) noexcept
 {
     using copies::State;
-    if (!share_ || parent_copy_.load(std::memory_order_acquire))
+    const copies::Ref r = share();
+    if (!r || is_copy())
         return;
-    if (!taken && !copies::move(share_, State::owned, State::handing) &&
-        !copies::move(share_, State::wanted, State::handing)) {
-        while (copies::state(share_) == State::handing && Clock::now() < until)
+    if (!taken && !take_for_copies()) {
+        while (copies::state(r) == State::handing && Clock::now() < until)
             usleep(1000);  // (another thread hands it over)
         return;
     }
+    // (One that cannot go back to its TCP socket cleanly now stays as it is here: the
+    // copies report a reset.  leave: Leaving::fork resets nothing.)
     leave(until, Leaving::fork);
-    bool broken;
+    settle_copies();
+}
+
+void Conn::settle_copies() noexcept
+{
+    using copies::State;
+    const copies::Ref r = share();
+    if (!r || is_copy())
+        return;
+    bool clean;
     {
+        // The kernel socket carries the stream alone: decided for TCP, or fallen back
+        // with our frame and backlog out, the peer's frame in, the ring read out; or the
+        // peer ended it and nothing of its is unread.
         std::lock_guard<std::mutex> lk(mu_);
-        broken = ring_.st.broken();
+        const bool done = fb_.active() ? fb_.out_done() && fb_.in_done() && ring_.avail() == 0
+                                       : !awaiting_ && ring_.st.peer_closed && ring_.avail() == 0;
+        clean = !ring_.st.broken() && !closed_ && (sw_.phase() == Phase::tcp || (sw_.phase() == Phase::rdma && done));
     }
-    copies::set(share_, broken ? State::ended : State::tcp);
+    const State to = clean ? State::tcp : State::ended;
+    for (State from : {State::owned, State::wanted, State::handing})
+        if (copies::move(r, from, to))
+            return;
 }
 
 bool Conn::continue_on(int keep) noexcept
@@ -246,14 +307,13 @@ void Conn::mark_closed() noexcept
     sw_.leave_pending();
     release_shadows_locked();
     sock_ = nullptr;  // (recycled with the number's last close: another socket's soon)
-    if (share_ && parent_copy_.load(std::memory_order_relaxed)) {
-        if (!copy_claimed_.load(std::memory_order_relaxed))
-            copies::drop_holder(share_);
-    } else if (share_) {
+    if (is_copy()) {
+        drop_copy();
+    } else if (const copies::Ref r = share()) {
         // The owner's close: over, unless it went back to TCP for the copies.
-        copies::move(share_, copies::State::owned, copies::State::ended);
-        copies::move(share_, copies::State::wanted, copies::State::ended);
-        copies::release(share_);
+        copies::move(r, copies::State::owned, copies::State::ended);
+        copies::move(r, copies::State::wanted, copies::State::ended);
+        copies::release(r);
     }
 }
 
@@ -303,7 +363,6 @@ void Conn::after_fork_child() noexcept
         }
         return;
     }
-    sharing_fork_ = false;  // (the parent's, copied)
     inherited_.store(true, std::memory_order_release);
     ring_.st.reset = true;
     ring_.st.failed = true;
@@ -324,7 +383,9 @@ bool Conn::close_connection(bool abortive, int linger_s, bool exiting) noexcept
         return false;
     // A fork child that lives holds a copy: the connection goes on for it, over its TCP
     // socket (the kernel's close of a socket another process holds ends nothing).
-    if (share_ && !abortive && copies::held(share_))
+    // (Also one SO_LINGER {1, 0} closes: the kernel resets a shared socket only at its
+    // last close.)
+    if (share() && copies::held(share()))
         hand_to_copies(Clock::now() + std::chrono::milliseconds(rt::config().fallback_wait_ms));
     std::unique_lock<std::mutex> lk(mu_);
     if (side_ == Side::client && sw_.phase() == Phase::maybe && !closed_) {

@@ -106,23 +106,35 @@ public:
     void before_fork() noexcept override;
     void after_fork_parent(pid_t child) noexcept override;
     bool claim_copy() noexcept override;
+    // The first half of it: asks the owner, without waiting (for all a call has, before
+    // it waits for any).  False: not a copy that can be asked for.
+    bool ask_copy() noexcept;
     // The owner, for the holders of copies (one wants it, or the program closes its own
     // copy while a child that lives holds one): the connection goes back to its TCP
     // socket, as at a pass (leave), and the slot says how that went (tcp, or ended).
     // Another thread already at it is waited for.
-    // (taken: the caller moved the slot to handing.)
+    // (taken: the caller moved the slot to handing, take_for_copies.)
     void hand_to_copies(std::chrono::steady_clock::time_point until, bool taken = false) noexcept;
+    bool take_for_copies() noexcept;
     // A fork child's copy of a connection with RDMA bound (the parent's).
     bool is_copy() const noexcept { return parent_copy_.load(std::memory_order_acquire); }
     // This process holds the copy no more (an exec closes it).
-    void drop_copy() noexcept
-    {
-        if (share_ && is_copy() && !copy_claimed_.load(std::memory_order_acquire))
-            copies::drop_holder(share_);
-    }
+    void drop_copy() noexcept;
+    // After leave(): the copies' slot says how it went (tcp, or ended: reset), so that a
+    // holder asks for nothing any more (an exec or a pass of the owner's made the
+    // connection the TCP socket's).
+    void settle_copies() noexcept;
     // The engine could not (no thread): the copies report a reset.
-    void copies_failed() noexcept { copies::set(share_, copies::State::ended); }
-    uint64_t copies_id() const noexcept { return share_.id; }
+    void copies_failed() noexcept { copies::move(share(), copies::State::handing, copies::State::ended); }
+    uint64_t copies_id() const noexcept { return share().id; }
+    // The owner's image goes (exec): the slot is freed once no holder lives.
+    void let_copies_go() noexcept
+    {
+        if (!is_copy() && share())
+            copies::release(share());
+    }
+    // Whether a fork child's copy may be asked for now (some holder lives).
+    bool copies_held() const noexcept { return share() && copies::held(share()); }
     // The connection leaves the process's hands: it execs (execve and its family: the
     // new program reads and writes the TCP socket itself, the library's view of it
     // gone), or passes the socket on (SCM_RIGHTS: whoever receives it may be another
@@ -563,7 +575,7 @@ private:
     bool awaiting_ = false;
     // In leave(): a fallback that starts leaves the ring's residue unread (the socket's
     // next reader gets it from the peer again), and our count says so.
-    bool leaving_ = false;
+    int leaving_ = 0;  // (a count: an exec or a pass of the owner's while a fork child's hand-back runs)
     bool leave_can_start_locked() const noexcept;
     void leave_fail_locked(Leaving how, const char *what) noexcept;
     // A fork child's copy of a connection it did not adopt: the parent's stream, which
@@ -571,9 +583,13 @@ private:
     std::atomic<bool> inherited_{false};
     // The connection's slot among those whose copies fork children hold (set at a fork
     // that copies it, by the program's thread in fork(); the owner's, or the copy's).
-    copies::Ref share_;
-    bool sharing_fork_ = false;  // between before_fork and after_fork_parent
+    // (Its id and index in one word: written once, read without the lock.)
+    static constexpr unsigned kShareIndexBits = 14;  // (copies.cc: 16384 slots)
+    std::atomic<uint64_t> share_{0};
+    copies::Ref share() const noexcept;
+    bool shared_at_fork_locked() const noexcept;
     std::atomic<bool> copy_claimed_{false};  // this copy is a kernel socket now
+    std::atomic<bool> copy_failed_{false};   // its owner could not hand it back: a reset
     Clock::time_point fb_until_{};  // no peer's frame by then: reset
     // Fell back (fb_ active): reported as on TCP (reason fell_back, phase tcp), read
     // without the lock by RDMASOCK_INFO, `rdmasock ss` and the close line.

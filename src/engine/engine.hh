@@ -193,6 +193,8 @@ public:
     // looked at in timers() while some may still be asked for, every 250 ms at least.
     std::atomic<bool> copies_watch{false};
     Clock::time_point copies_look{};
+    uint64_t copies_asks_seen = 0;
+    unsigned copies_looks = 0;
     // What a fork child writes to wake this engine (a copy's holder asking for it).
     int wake_fd() const noexcept { return cmd_efd_; }
     // timers(): the connections some holder wants (mu held), then handed back on a

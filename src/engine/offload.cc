@@ -521,11 +521,29 @@ int Engine::timers() noexcept
     return ms < 0 ? 0 : static_cast<int>(std::min<long long>(ms, 60000));
 }
 
+namespace {
+// Connections taken for their copies (Conn::take_for_copies), back to their TCP sockets
+// together, bounded by RDMASOCK_FALLBACK_WAIT_MS in all (as hand_back).
+void hand_over_to_copies(const std::vector<std::shared_ptr<Conn>> &conns) noexcept
+{
+    for (const auto &c : conns)
+        c->leave_start(Conn::Leaving::fork);
+    const auto until = Clock::now() + Ms(rt::config().fallback_wait_ms);
+    for (const auto &c : conns)
+        c->hand_to_copies(until, true);
+}
+}  // namespace
+
 void Engine::wanted_copies(Clock::time_point now, std::vector<std::shared_ptr<Conn>> &handing) noexcept
 {
-    // mu held.
+    // mu held.  (A holder's ask is counted in the table: looked for when the count
+    // changed, or at the next look, every 250 ms while some holder lives.)
     if (!copies_watch.load(std::memory_order_relaxed))
         return;
+    const uint64_t asks = copies::asks();
+    if (asks == copies_asks_seen && now < copies_look)
+        return;
+    copies_asks_seen = asks;
     copies::Ref refs[32];
     const size_t n = copies::wanted(refs, 32);
     for (size_t i = 0; i < n; ++i) {
@@ -537,8 +555,10 @@ void Engine::wanted_copies(Clock::time_point now, std::vector<std::shared_ptr<Co
             handing.push_back(it->second);
     }
     if (now >= copies_look) {
+        // (Whether a holder lives, by pidfd: once a second.)
+        if (++copies_looks % 4 == 0)
+            copies_watch.store(n > 0 || copies::watching(), std::memory_order_relaxed);
         copies_look = now + Ms(250);
-        copies_watch.store(n > 0 || copies::watching(), std::memory_order_relaxed);
     }
 }
 
@@ -546,13 +566,7 @@ void Engine::hand_to_copies(std::vector<std::shared_ptr<Conn>> conns_wanted) noe
 {
     // Each may take a round trip or more (the peer's frame): not on this thread.
     try {
-        std::thread([v = conns_wanted] {
-            const auto until = Clock::now() + Ms(rt::config().fallback_wait_ms);
-            for (const auto &c : v)
-                c->leave_start(Conn::Leaving::fork);
-            for (const auto &c : v)
-                c->hand_to_copies(until, true);
-        }).detach();
+        std::thread([v = conns_wanted] { hand_over_to_copies(v); }).detach();
     } catch (...) {
         for (const auto &c : conns_wanted)
             c->copies_failed();
@@ -1437,8 +1451,10 @@ void hand_back(const std::vector<std::shared_ptr<Conn>> &conns, Conn::Leaving ho
     for (const auto &c : conns)
         c->leave_start(how);
     const auto until = Clock::now() + Ms(rt::config().fallback_wait_ms);
-    for (const auto &c : conns)
+    for (const auto &c : conns) {
         c->leave(until, how);
+        c->settle_copies();  // (a fork child's copy is the kernel socket's now too)
+    }
 }
 
 // A server connection passed while still being decided: an RDMA request parked for it
@@ -1457,6 +1473,13 @@ void decline_passed(Conn *c) noexcept
 
 void on_passed(const SocketRef *socks, size_t n) noexcept
 {
+    // A fork child's copies are asked for first (the receiver uses the kernel socket).
+    for (size_t i = 0; i < n; ++i)
+        if (Conn *c = Conn::of(socks[i]->transport))
+            c->ask_copy();
+    for (size_t i = 0; i < n; ++i)
+        if (Conn *c = Conn::of(socks[i]->transport))
+            c->claim_copy();
     if (!ours())
         return;
     // (A pass to this process itself cannot be told from one to another.)
@@ -1494,6 +1517,15 @@ void at_exit() noexcept
 {
     if (!ours())
         return;
+    // Connections a fork child that lives still holds a copy of go on for it over TCP
+    // (each close below would hand its own back, one after another).
+    std::vector<std::shared_ptr<Conn>> shared;
+    fdt::for_each([&shared](int, const SocketRef &s) {
+        Conn *c = s->offloaded() ? Conn::of(s->transport) : nullptr;
+        if (c != nullptr && c->copies_held() && c->take_for_copies())
+            add_once(shared, c);
+    });
+    hand_over_to_copies(shared);
     // First every server socket takes no RDMA request from now on (the closes below may
     // each wait a while): one still in maybe stays on TCP.  (Under TSan's timing a
     // client's request came after this step, and the progress thread switched the
@@ -1526,14 +1558,15 @@ void before_exec() noexcept
     // A fork child's copies of its parent's connections: each the new program inherits
     // (a descriptor without close-on-exec) is asked for and becomes a kernel socket; the
     // others the exec closes.
-    fdt::for_each([](int fd, const SocketRef &s) {
+    std::vector<std::shared_ptr<Conn>> kept;
+    fdt::for_each([&kept](int fd, const SocketRef &s) {
         Conn *c = Conn::of(s->transport);
-        if (c == nullptr || !c->is_copy())
-            return;
-        const int fl = RS_REAL(fcntl)(fd, F_GETFD);
-        if (fl >= 0 && !(fl & FD_CLOEXEC))
-            c->claim_copy();
+        const int fl = c != nullptr && c->is_copy() ? RS_REAL(fcntl)(fd, F_GETFD) : -1;
+        if (fl >= 0 && !(fl & FD_CLOEXEC) && c->ask_copy())
+            add_once(kept, c);
     });
+    for (const auto &c : kept)  // (asked all first: the owners answer together)
+        c->claim_copy();
     fdt::for_each([](int, const SocketRef &s) {
         Conn *c = Conn::of(s->transport);
         if (c != nullptr && c->is_copy())
@@ -1547,6 +1580,8 @@ void before_exec() noexcept
     std::vector<std::shared_ptr<Conn>> conns;
     fdt::for_each([&conns](int, const SocketRef &s) { add_once(conns, Conn::of(s->transport)); });
     hand_back(conns, Conn::Leaving::exec);
+    for (const auto &c : conns)
+        c->let_copies_go();  // (the new image knows nothing of the table)
     wait_for_drains();
 }
 
@@ -1588,11 +1623,9 @@ void after_fork_child() noexcept
     kits::after_fork_child();
     // How this child wakes the parent's engine when it wants a connection of the
     // parent's it holds a copy of.
-    if (g_engine != nullptr && g_engine->running() && copies::mapped()) {
-        const int fd = util::dup_high(g_engine->wake_fd());
-        if (fd >= 0)
-            copies::keep_wake(g_engine->pid, fd);
-    }
+    if (g_engine != nullptr && g_engine->running() && copies::fork_shares())
+        copies::keep_wake(g_engine->pid, util::dup_high(g_engine->wake_fd()));
+    copies::note_fork_shares(false);
     new (&g_start_mu) std::mutex();
     new (&g_takeover_mu) std::mutex();
     // The parent's thread does not exist here and its RDMA objects are not ours: drop

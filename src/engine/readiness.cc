@@ -250,8 +250,15 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
     k.reserve(nfds * 2 + 1);
     bool any = false;
     bool rdma = false;  // an offloaded socket on RDMA among them (kind 1)
+    bool asked = false;  // (a fork child's copies: every one asked for before any is waited for)
     for (nfds_t i = 0; i < nfds; ++i) {
         SocketRef s = fds[i].fd >= 0 && fdt::offloaded(fds[i].fd) ? fdt::get(fds[i].fd) : SocketRef();
+        if (!asked && conn_of(s) != nullptr && conn_of(s)->is_copy()) {
+            asked = true;
+            for (nfds_t j = i; j < nfds; ++j)
+                if (Conn *o = fds[j].fd >= 0 ? conn_of(fdt::get(fds[j].fd)) : nullptr)
+                    o->ask_copy();
+        }
         Conn *c = claimed_copy(conn_of(s));
         if (c && c->phase() == Conn::Phase::rdma) {
             c->begin_wait();  // the eventfds we sleep on must be current, and stay so

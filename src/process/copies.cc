@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -16,11 +17,17 @@ namespace {
 
 constexpr unsigned kSlots = 16384;  // 640 KiB of address space, touched as used
 constexpr unsigned kHolders = 4;    // processes named per slot (more: held while it lives)
-constexpr uint64_t kClaiming = ~0ull;
+// A slot's word: its id (0: free) above its state, changed only by compare-and-swap, so
+// that no move lands on a slot another connection has taken meanwhile.
+constexpr unsigned kStateBits = 8;
+constexpr uint64_t kClaiming = ~0ull >> kStateBits;  // the id while a claim fills it in
+
+uint64_t word(uint64_t id, State st) noexcept { return id << kStateBits | static_cast<uint64_t>(st); }
+uint64_t id_of(uint64_t w) noexcept { return w >> kStateBits; }
+State state_of(uint64_t w) noexcept { return static_cast<State>(w & ((1u << kStateBits) - 1)); }
 
 struct Slot {
-    std::atomic<uint64_t> id;  // 0: free
-    std::atomic<uint32_t> state;
+    std::atomic<uint64_t> word;
     std::atomic<int32_t> owner;
     std::atomic<int32_t> holders[kHolders];
     std::atomic<uint32_t> overflow;  // a holder not named: held until the owner releases it
@@ -29,6 +36,7 @@ struct Slot {
 
 struct Table {
     std::atomic<uint64_t> next_id;
+    std::atomic<uint64_t> asks;
     std::atomic<uint32_t> high;  // slots [0, high) have been used
     std::atomic<uint32_t> hint;  // where the next search for a free slot starts
     Slot slots[kSlots];
@@ -40,6 +48,9 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int32_t>
 // Shared with the fork children made after it was mapped (never unmapped: they may look).
 std::atomic<Table *> g_table{nullptr};
 
+// (The forking thread's; the child's one thread is its copy.)
+thread_local bool t_fork_shares = false;
+
 Table *table() noexcept { return g_table.load(std::memory_order_acquire); }
 
 Table *map_table() noexcept
@@ -49,7 +60,7 @@ Table *map_table() noexcept
     void *p = mmap(nullptr, sizeof(Table), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
         return nullptr;
-    Table *t = new (p) Table();  // (zero pages: every slot free)
+    Table *t = new (p) Table;  // (zero pages already: every slot free, none touched)
     Table *none = nullptr;
     if (!g_table.compare_exchange_strong(none, t, std::memory_order_acq_rel)) {
         munmap(p, sizeof(Table));
@@ -58,13 +69,14 @@ Table *map_table() noexcept
     return t;
 }
 
+// r's slot, while it is r's.
 Slot *slot_of(Ref r) noexcept
 {
     Table *t = table();
     if (t == nullptr || !r || r.index >= kSlots)
         return nullptr;
     Slot &s = t->slots[r.index];
-    return s.id.load(std::memory_order_acquire) == r.id ? &s : nullptr;
+    return id_of(s.word.load(std::memory_order_acquire)) == r.id ? &s : nullptr;
 }
 
 // Liveness of a few processes, each looked up once per scan.
@@ -90,50 +102,56 @@ private:
     unsigned n_ = 0;
 };
 
-// A holder other than this process that lives; dead ones are forgotten on the way.
+// A holder other than `self` that lives; dead ones are forgotten on the way.
 bool live_holder(Slot &s, pid_t self, AliveCache &alive_now) noexcept
 {
-    if (s.overflow.load(std::memory_order_acquire) != 0)
+    if (s.overflow.load() != 0)
         return true;
     bool any = false;
     for (auto &h : s.holders) {
-        int32_t p = h.load(std::memory_order_acquire);
+        int32_t p = h.load();
         if (p == 0 || p == self)
             continue;
         if (alive_now(p))
             any = true;
         else
-            h.compare_exchange_strong(p, 0, std::memory_order_acq_rel);
+            h.compare_exchange_strong(p, 0);
     }
     return any;
 }
 
 bool no_holder(Slot &s) noexcept
 {
-    if (s.overflow.load(std::memory_order_acquire) != 0)
+    if (s.overflow.load() != 0)
         return false;
     for (auto &h : s.holders)
-        if (h.load(std::memory_order_acquire) != 0)
+        if (h.load() != 0)
             return false;
     return true;
 }
 
-void free_slot(Slot &s, uint64_t id) noexcept { s.id.compare_exchange_strong(id, 0, std::memory_order_acq_rel); }
+// (Sequentially consistent, as are the holders' writes and `released`: a release and
+// the last holder's drop each see the other's write, so one of them frees the slot.)
+void free_slot(Slot &s, uint64_t id) noexcept
+{
+    uint64_t w = s.word.load();
+    while (id_of(w) == id && !s.word.compare_exchange_weak(w, 0)) {
+    }
+}
 
-// Claims slot `i` whose id is `seen` (0, or a slot nobody can need any more).
+// Claims slot `i` whose word is `seen` (free, or a slot nobody can need any more).
 Ref claim(Table &t, unsigned i, uint64_t seen, pid_t self) noexcept
 {
     Slot &s = t.slots[i];
-    if (!s.id.compare_exchange_strong(seen, kClaiming, std::memory_order_acq_rel))
+    if (!s.word.compare_exchange_strong(seen, word(kClaiming, State::free), std::memory_order_acq_rel))
         return {};
-    s.state.store(static_cast<uint32_t>(State::owned), std::memory_order_relaxed);
     s.owner.store(self, std::memory_order_relaxed);
     for (auto &h : s.holders)
         h.store(0, std::memory_order_relaxed);
     s.overflow.store(0, std::memory_order_relaxed);
     s.released.store(0, std::memory_order_relaxed);
     const uint64_t id = t.next_id.fetch_add(1, std::memory_order_relaxed) + 1;
-    s.id.store(id, std::memory_order_release);
+    s.word.store(word(id, State::owned), std::memory_order_release);
     uint32_t h = t.high.load(std::memory_order_relaxed);
     while (h < i + 1 && !t.high.compare_exchange_weak(h, i + 1, std::memory_order_acq_rel)) {
     }
@@ -141,10 +159,14 @@ Ref claim(Table &t, unsigned i, uint64_t seen, pid_t self) noexcept
     return {i, id};
 }
 
-// The owners' wake-up descriptors (a fork child's, inherited by its own children).
+// The owners' wake-up descriptors (a fork child's, inherited by its own children), with
+// the file each was (a number the program closed behind the library's back may be
+// another file's by now: never written then).
 struct Wake {
     std::atomic<pid_t> owner{0};
     std::atomic<int> fd{-1};
+    dev_t dev = 0;
+    ino_t ino = 0;
 };
 Wake g_wakes[8];
 
@@ -152,16 +174,25 @@ Wake g_wakes[8];
 
 void keep_wake(pid_t owner, int fd) noexcept
 {
+    struct stat st {};
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0)
+            RS_REAL(close)(fd);
+        return;
+    }
     for (auto &w : g_wakes) {
         pid_t none = 0;
         if (w.owner.load(std::memory_order_relaxed) == owner || w.owner.compare_exchange_strong(none, owner)) {
-            const int old = w.fd.exchange(fd, std::memory_order_acq_rel);
+            const int old = w.fd.exchange(-1, std::memory_order_acq_rel);
             if (old >= 0 && old != fd)
                 RS_REAL(close)(old);
+            w.dev = st.st_dev;
+            w.ino = st.st_ino;
+            w.fd.store(fd, std::memory_order_release);
             return;
         }
     }
-    RS_REAL(close)(fd);  // (more owners than entries: the engine's look every 250 ms)
+    RS_REAL(close)(fd);  // (more owners than entries: the owner's engine looks every 250 ms)
 }
 
 void wake(pid_t owner) noexcept
@@ -169,8 +200,10 @@ void wake(pid_t owner) noexcept
     for (auto &w : g_wakes)
         if (w.owner.load(std::memory_order_relaxed) == owner) {
             const int fd = w.fd.load(std::memory_order_acquire);
+            struct stat st {};
             uint64_t one = 1;
-            if (fd >= 0 && RS_REAL(write)(fd, &one, sizeof one) < 0) {
+            if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == w.dev && st.st_ino == w.ino &&
+                RS_REAL(write)(fd, &one, sizeof one) < 0) {
             }
             return;
         }
@@ -204,6 +237,8 @@ bool alive(pid_t pid) noexcept
     return kill(pid, 0) == 0 || errno != ESRCH;
 }
 
+bool mapped() noexcept { return table() != nullptr; }
+
 Ref add() noexcept
 {
     Table *t = map_table();
@@ -213,7 +248,7 @@ Ref add() noexcept
     const unsigned from = t->hint.load(std::memory_order_relaxed) % kSlots;
     for (unsigned k = 0; k < kSlots; ++k) {
         const unsigned i = (from + k) % kSlots;
-        if (t->slots[i].id.load(std::memory_order_acquire) == 0)
+        if (t->slots[i].word.load(std::memory_order_acquire) == 0)
             if (Ref r = claim(*t, i, 0, self))
                 return r;
     }
@@ -221,13 +256,12 @@ Ref add() noexcept
     AliveCache alive_now;
     for (unsigned i = 0; i < kSlots; ++i) {
         Slot &s = t->slots[i];
-        const uint64_t id = s.id.load(std::memory_order_acquire);
-        if (id == 0 || id == kClaiming)
+        const uint64_t w = s.word.load(std::memory_order_acquire);
+        if (w == 0 || id_of(w) == kClaiming)
             continue;
-        const bool owner_done =
-            s.released.load(std::memory_order_acquire) != 0 || !alive_now(s.owner.load(std::memory_order_relaxed));
+        const bool owner_done = s.released.load() != 0 || !alive_now(s.owner.load(std::memory_order_relaxed));
         if (owner_done && !live_holder(s, 0, alive_now))
-            if (Ref r = claim(*t, i, id, self))
+            if (Ref r = claim(*t, i, w, self))
                 return r;
     }
     return {};
@@ -238,12 +272,19 @@ void add_holder(Ref r, pid_t pid) noexcept
     Slot *s = slot_of(r);
     if (s == nullptr || pid <= 0)
         return;
-    for (auto &h : s->holders) {
-        int32_t none = 0;
-        if (h.compare_exchange_strong(none, pid, std::memory_order_acq_rel))
-            return;
+    for (int pass = 0; pass < 2; ++pass) {
+        for (auto &h : s->holders)
+            if (h.load() == pid)
+                return;  // (named already: a socket with several numbers)
+        for (auto &h : s->holders) {
+            int32_t none = 0;
+            if (h.compare_exchange_strong(none, pid))
+                return;
+        }
+        AliveCache alive_now;  // full: forget the holders that are gone, then look again
+        live_holder(*s, 0, alive_now);
     }
-    s->overflow.store(1, std::memory_order_release);
+    s->overflow.store(1);
 }
 
 void drop_holder(Ref r) noexcept
@@ -254,9 +295,9 @@ void drop_holder(Ref r) noexcept
     const pid_t self = getpid();
     for (auto &h : s->holders) {
         int32_t p = self;
-        h.compare_exchange_strong(p, 0, std::memory_order_acq_rel);
+        h.compare_exchange_strong(p, 0);
     }
-    if (s->released.load(std::memory_order_acquire) != 0 && no_holder(*s))
+    if (s->released.load() != 0 && no_holder(*s))
         free_slot(*s, r.id);
 }
 
@@ -271,35 +312,49 @@ bool held(Ref r) noexcept
 
 State state(Ref r) noexcept
 {
-    Slot *s = slot_of(r);
-    return s == nullptr ? State::ended : static_cast<State>(s->state.load(std::memory_order_acquire));
+    Table *t = table();
+    if (t == nullptr || !r || r.index >= kSlots)
+        return State::ended;
+    const uint64_t w = t->slots[r.index].word.load(std::memory_order_acquire);
+    return id_of(w) == r.id ? state_of(w) : State::ended;
 }
 
 bool move(Ref r, State from, State to) noexcept
 {
-    Slot *s = slot_of(r);
-    uint32_t f = static_cast<uint32_t>(from);
-    return s != nullptr && s->state.compare_exchange_strong(f, static_cast<uint32_t>(to), std::memory_order_acq_rel);
+    Table *t = table();
+    if (t == nullptr || !r || r.index >= kSlots)
+        return false;
+    uint64_t w = word(r.id, from);
+    return t->slots[r.index].word.compare_exchange_strong(w, word(r.id, to), std::memory_order_acq_rel);
 }
 
-void set(Ref r, State st) noexcept
+bool ask(Ref r) noexcept
 {
-    if (Slot *s = slot_of(r))
-        s->state.store(static_cast<uint32_t>(st), std::memory_order_release);
+    if (!move(r, State::owned, State::wanted))
+        return false;
+    table()->asks.fetch_add(1, std::memory_order_release);
+    return true;
 }
+
+uint64_t asks() noexcept
+{
+    Table *t = table();
+    return t == nullptr ? 0 : t->asks.load(std::memory_order_acquire);
+}
+
+void note_fork_shares(bool on) noexcept { t_fork_shares = on; }
+bool fork_shares() noexcept { return t_fork_shares; }
 
 void release(Ref r) noexcept
 {
     Slot *s = slot_of(r);
     if (s == nullptr)
         return;
-    s->released.store(1, std::memory_order_release);
+    s->released.store(1);
     AliveCache alive_now;
     if (!live_holder(*s, getpid(), alive_now))
         free_slot(*s, r.id);
 }
-
-bool mapped() noexcept { return table() != nullptr; }
 
 size_t wanted(Ref *refs, size_t max) noexcept
 {
@@ -311,10 +366,9 @@ size_t wanted(Ref *refs, size_t max) noexcept
     const uint32_t high = t->high.load(std::memory_order_acquire);
     for (uint32_t i = 0; i < high && n < max; ++i) {
         Slot &s = t->slots[i];
-        const uint64_t id = s.id.load(std::memory_order_acquire);
-        if (id != 0 && id != kClaiming && s.owner.load(std::memory_order_relaxed) == self &&
-            s.state.load(std::memory_order_acquire) == static_cast<uint32_t>(State::wanted))
-            refs[n++] = Ref{i, id};
+        const uint64_t w = s.word.load(std::memory_order_acquire);
+        if (w != 0 && state_of(w) == State::wanted && s.owner.load(std::memory_order_relaxed) == self)
+            refs[n++] = Ref{i, id_of(w)};
     }
     return n;
 }
@@ -330,13 +384,17 @@ bool watching() noexcept
     const uint32_t high = t->high.load(std::memory_order_acquire);
     for (uint32_t i = 0; i < high; ++i) {
         Slot &s = t->slots[i];
-        const uint64_t id = s.id.load(std::memory_order_acquire);
-        if (id == 0 || id == kClaiming || s.owner.load(std::memory_order_relaxed) != self ||
-            s.released.load(std::memory_order_acquire) != 0)
+        const uint64_t w = s.word.load(std::memory_order_acquire);
+        if (w == 0 || id_of(w) == kClaiming || s.owner.load(std::memory_order_relaxed) != self)
             continue;
-        const auto st = static_cast<State>(s.state.load(std::memory_order_acquire));
-        if ((st == State::owned || st == State::wanted) && live_holder(s, self, alive_now))
+        const State st = state_of(w);
+        const bool released = s.released.load() != 0;
+        if (!released && st != State::owned && st != State::wanted)
+            continue;
+        if (live_holder(s, self, alive_now))
             any = true;
+        else if (released)
+            free_slot(s, id_of(w));  // (its last holder died without letting it go)
     }
     return any;
 }

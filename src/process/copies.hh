@@ -49,9 +49,17 @@ void drop_holder(Ref r) noexcept;
 // A process other than this one that still lives holds a copy.
 bool held(Ref r) noexcept;
 State state(Ref r) noexcept;  // ended once the slot is not (or no longer) r's
-// From `from` to `to` (false: it was not `from`).
+// From `from` to `to` (false: it was not `from`, or the slot is not r's).
 bool move(Ref r, State from, State to) noexcept;
-void set(Ref r, State s) noexcept;
+// A holder asks for it (owned -> wanted, counted in asks()).  (The moves and the id are
+// one word: a slot freed and taken by another connection meanwhile is never moved.)
+bool ask(Ref r) noexcept;
+// How many asks there have been in the table (the owner's engine looks when it changes).
+uint64_t asks() noexcept;
+// Whether this thread's fork() shares a connection with the child (set before the fork,
+// read in the child, cleared in the parent after it).
+void note_fork_shares(bool on) noexcept;
+bool fork_shares() noexcept;
 // The owner is done with it: free once no holder lives (it may still look), else later.
 void release(Ref r) noexcept;
 // Up to `max` of this process's connections a holder wants.
@@ -59,7 +67,8 @@ size_t wanted(Ref *refs, size_t max) noexcept;
 // The table is mapped in this process (some fork shared a connection).
 bool mapped() noexcept;
 // This process owns a slot a living holder may still ask for (the engine then looks
-// now and then, in case the holder's wake-up could not reach it).
+// now and then, in case the holder's wake-up could not reach it), or one it released
+// that a living holder still keeps; those whose holders are all gone are freed.
 bool watching() noexcept;
 // The owner of `r` (0 when the slot is not r's).
 pid_t owner(Ref r) noexcept;

@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 #include "process/copies.hh"
 
@@ -50,7 +51,7 @@ BOOST_AUTO_TEST_CASE(states_and_ids)
     copies::Ref refs[4];
     BOOST_REQUIRE_EQUAL(copies::wanted(refs, 4), 1u);
     BOOST_CHECK_EQUAL(refs[0].id, r.id);
-    copies::set(r, State::tcp);
+    BOOST_CHECK(copies::move(r, State::wanted, State::tcp));
     BOOST_CHECK_EQUAL(copies::wanted(refs, 4), 0u);
     // No holder: the release frees the slot, and its old id reads as ended.
     copies::release(r);
@@ -103,7 +104,8 @@ BOOST_AUTO_TEST_CASE(freed_by_the_last_holder)
         _exit(0);
     });
     copies::add_holder(r, p);
-    copies::set(r, State::tcp);
+    copies::add_holder(r, p);  // (named once: a socket with two numbers)
+    BOOST_CHECK(copies::move(r, State::owned, State::tcp));
     copies::release(r);  // a holder lives: kept for it
     BOOST_CHECK(copies::state(r) == State::tcp);
     BOOST_REQUIRE_EQUAL(write(go[1], "x", 1), 1);
@@ -124,8 +126,9 @@ BOOST_AUTO_TEST_CASE(a_child_asks_its_owner)
     const int kept = dup(efd);
     copies::keep_wake(getpid(), kept);
     // The child asks (owned -> wanted) and wakes the owner, as a copy's first use does.
+    const uint64_t asks = copies::asks();
     const pid_t p = child([&] {
-        if (!copies::move(r, State::owned, State::wanted))
+        if (!copies::ask(r) || copies::ask(r))
             _exit(3);
         copies::wake(getppid());
         _exit(0);
@@ -134,6 +137,7 @@ BOOST_AUTO_TEST_CASE(a_child_asks_its_owner)
     BOOST_CHECK_EQUAL(poll(&pf, 1, 5000), 1);
     reap(p);
     BOOST_CHECK(copies::state(r) == State::wanted);
+    BOOST_CHECK_EQUAL(copies::asks(), asks + 1);
     // A wake-up descriptor the program closed is not written any more.
     uint64_t v;
     BOOST_CHECK_EQUAL(read(efd, &v, sizeof v), static_cast<ssize_t>(sizeof v));
@@ -143,6 +147,55 @@ BOOST_AUTO_TEST_CASE(a_child_asks_its_owner)
     close(kept);
     close(efd);
     copies::release(r);
+}
+
+BOOST_AUTO_TEST_CASE(moves_only_on_its_own_slot)
+{
+    copies::Ref r = copies::add();
+    BOOST_REQUIRE(r);
+    copies::release(r);
+    copies::Ref next = copies::add();  // (may take the same slot)
+    BOOST_REQUIRE(next);
+    // The old connection's copy asks, and its owner's settle: neither lands on `next`.
+    BOOST_CHECK(!copies::ask(r));
+    BOOST_CHECK(!copies::move(r, State::owned, State::tcp));
+    BOOST_CHECK(copies::state(next) == State::owned);
+    copies::release(next);
+}
+
+BOOST_AUTO_TEST_CASE(more_holders_than_names)
+{
+    copies::Ref r = copies::add();
+    BOOST_REQUIRE(r);
+    std::vector<pid_t> kids;
+    for (int i = 0; i < 6; ++i) {
+        kids.push_back(child([] { pause(); }));
+        copies::add_holder(r, kids.back());
+    }
+    BOOST_CHECK(copies::held(r));
+    for (pid_t k : kids)
+        kill(k, SIGKILL);
+    for (pid_t k : kids)
+        reap(k);
+    // Six named in four places: held while the owner has it (it cannot tell which went).
+    BOOST_CHECK(copies::held(r));
+    copies::release(r);
+    // Dead holders are forgotten before a new one is counted as one too many.
+    copies::Ref q = copies::add();
+    BOOST_REQUIRE(q);
+    for (int i = 0; i < 4; ++i) {
+        const pid_t k = child([] {});
+        reap(k);
+        copies::add_holder(q, k);
+    }
+    const pid_t live = child([] { pause(); });
+    copies::add_holder(q, live);
+    BOOST_CHECK(copies::held(q));
+    kill(live, SIGKILL);
+    reap(live);
+    BOOST_CHECK(!copies::held(q));
+    copies::release(q);
+    BOOST_CHECK(copies::state(q) == State::ended);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
