@@ -123,7 +123,7 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
         "stream rw inet", "stream iov inet", "stream sendrecv inet", "stream msg inet",
         "stream sendfile inet", "epipe", "eagain", "fill", "connstate", "epoll-lt", "epoll-et",
         "epoll-et-fin", "epoll-oneshot", "epoll-rdhup", "epoll-nested", "peek", "waitall", "dontwait", "dup", "dup-reuse", "nonblock-elsewhere",
-        "fork-epoll-close", "stdio", "splice", "closelog inet exact", "closelog inet eof", "closelog-queued inet"};
+        "fork-epoll-close", "stdio", "splice", "listener-opts", "closelog inet exact", "closelog inet eof", "closelog-queued inet"};
     static const std::set<std::string> one_pair6 = {
         "stream rw inet6", "stream msg inet6", "closelog inet6 exact", "closelog inet6 eof",
         "closelog-queued inet6"};
@@ -1198,6 +1198,39 @@ server sends de = 2
 client reads in-band: abc!de
 client sends 45 = 2
 server reads: 45
+)")
+
+// Options set on the listener, inherited by the accepted socket (issue 17, point 8):
+// the kernel's values, and what they ask for, on RDMA in RDMA mode.
+PARITY_CASE(listener_options_inherited, ({"listener-opts"}), nullptr,
+R"(listener SO_RCVTIMEO 150ms = 0
+listener SO_SNDTIMEO 150ms = 0
+listener SO_RCVLOWAT 8 = 0
+listener SO_LINGER 1 0 = 0
+listener TCP_NODELAY 1 = 0
+listener SO_KEEPALIVE 1 = 0
+accepted: SO_RCVLOWAT = 8 (getsockopt 0)
+accepted: TCP_NODELAY = 1 (getsockopt 0)
+accepted: SO_KEEPALIVE = 1 (getsockopt 0)
+accepted: SO_LINGER = 1 0
+accepted: SO_RCVTIMEO 140..160ms: yes
+accepted: SO_SNDTIMEO 140..160ms: yes
+client sends 8 bytes = 8
+server reads = 8
+server sends 4 bytes = 4
+client reads = 4
+server reads, nothing sent = -1 EAGAIN
+timed out after 100ms..2s: yes
+client sends 4 bytes = 4
+readable with 4 of SO_RCVLOWAT's 8 bytes (300 ms): no
+client sends 4 more = 4
+readable with 8: yes
+server reads = 8
+a write into the full peer returned after 100ms..2s: yes
+with part of its bytes or EAGAIN: yes
+the client reads every byte written: yes
+server closes (SO_LINGER 1 0) = 0
+client reads = -1 ECONNRESET
 )")
 
 /* ---- descriptors, fork, threads, signals ------------------------------------------ */
