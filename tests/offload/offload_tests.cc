@@ -2043,16 +2043,22 @@ void semantics_case(const std::string &scenario, bool tester_is_client, bool asy
                                  << ", helper sent " << field(*hf, "sent") << " received " << field(*hf, "received"));
 }
 
-// Close right after writing N MB, then exit(): the peer gets all N bytes, then EOF.
-void semantics_close_exit(bool writer_is_client)
+// Close right after writing N MB, then exit(): the peer gets all N bytes, then EOF.  In
+// the default mode (async) both ends wait until the connection is on RDMA first
+// (--wait-rdma; else a fast writer may be done and closed before the switch).
+void semantics_close_exit(bool writer_is_client, bool async = false)
 {
-    const std::string name = std::string("semantics/close_exit_") + (writer_is_client ? "client" : "server");
+    const std::string name = std::string(async ? "semantics_default_mode" : "semantics") + "/close_exit_" +
+                             (writer_is_client ? "client" : "server");
     const uint64_t n = 16u << 20;
     std::string plan = writer_is_client ? std::to_string(n) + ":0:write:seq" : "0:" + std::to_string(n) + ":write:seq";
-    Side s, c;
+    Side s = async ? async_side() : Side{}, c = async ? async_side() : Side{};
     s.args = {"--plan", plan};
     c.args = {"--plan", plan};
     (writer_is_client ? c : s).args.push_back("--close-exit");
+    if (async)
+        for (Side *x : {&s, &c})
+            x->args.push_back("--wait-rdma");
     Pair pr = run_pair(name, s, c);
     expect_clean_exit(pr.server, name);
     expect_clean_exit(pr.client, name);
@@ -4024,6 +4030,8 @@ bool init_tests()
     add(sem_async, "abrupt_exit_server", [] { semantics_abrupt("exit", false, true); });
     add(sem_async, "abrupt_signal_client", [] { semantics_abrupt("signal", true, true); });
     add(sem_async, "abrupt_exec_server", [] { semantics_abrupt("exec", false, true); });
+    add(sem_async, "close_exit_client", [] { semantics_close_exit(true, true); });
+    add(sem_async, "close_exit_server", [] { semantics_close_exit(false, true); });
     // A peer killed while the survivor is blocked or idle (issue 17, points 4 and 6).
     for (std::string k : {"sigkill", "sigkill_write", "sigkill_epoll", "sigkill_idle"})
         for (bool killed_client : {true, false})

@@ -150,7 +150,7 @@ struct Options {
     uint64_t pass_after = 0;      // --pass-after N (echo server): then to a new process
     uint64_t fork_after = 0;      // --fork-after N (echo server): then a fork child goes on
     std::string fork_mode = "close";  // --fork-mode: close|keep|exec (fork_after_child)
-    bool wait_rdma = false;       // --wait-rdma (client, seq plans): the stream once on RDMA
+    bool wait_rdma = false;       // --wait-rdma (seq plans): the stream once on RDMA (a server waits for input meanwhile)
     uint64_t cont_sent = 0, cont_received = 0;
     bool push = false;        // server: write only, never read
     int stall_ms = 0;         // SO_RCVTIMEO/SO_SNDTIMEO on stream connections
@@ -1015,6 +1015,8 @@ void stream(int fd, const Entry &e, Counts &c, std::string &extra)
         do_shutdown_wr(fd);
         recv_stream(fd, 0, to_recv, in_salt, true, c);
     } else {
+        if (opt.wait_rdma)
+            extra += " decided_after_us=" + std::to_string(wait_decided(fd));
         long long t0 = now_us();
         recv_stream(fd, 0, to_recv, in_salt, true, c);
         extra += " recv_ms=" + std::to_string((now_us() - t0) / 1000) +
