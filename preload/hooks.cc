@@ -1243,6 +1243,7 @@ pid_t fork() noexcept
             if (s->role == Role::listener && s->listener && s->registry)
                 s->set_offloaded(true);
         });
+        copies::forget_placeholder();
         // The kernel copies the descriptor table before the memory: a socket another
         // thread opened (accept, socket) in between is in the child's table of sockets
         // but not among its descriptors, and one it closed may have left its number to

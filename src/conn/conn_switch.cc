@@ -362,7 +362,28 @@ int Conn::presw_gated(bool polled_in) noexcept
         if (!ended && RS_REAL(ioctl)(tcp_fd_, FIONREAD, &queued) == 0 && queued == 0)
             return 1;
     }
+    if (sw_.phase() == Phase::verifying && sw_.switch_known() && sw_.tcp_limit() > 0 && below_rcvlowat_locked())
+        return 1;
     return sw_.phase() != Phase::tcp && sw_.tcp_limit() == 0 ? 1 : 0;
+}
+
+bool Conn::below_rcvlowat_locked() const noexcept
+{
+    // A server verifying its switched client: the kernel's SO_RCVLOWAT counted the whole
+    // TCP queue (the CONFIRM and anything behind it too), while the program has the
+    // bytes before the client's switch, then the ring's, which follow them.  (Before,
+    // 4 such bytes made poll() say readable with SO_RCVLOWAT 8.)
+    const int lowat = socket_rcvlowat(tcp_fd_);
+    if (lowat <= 1)
+        return false;
+    int queued = 0;
+    if (RS_REAL(ioctl)(tcp_fd_, FIONREAD, &queued) != 0 || queued < 0)
+        return false;
+    pollfd pf{tcp_fd_, POLLRDHUP, 0};
+    if (RS_REAL(poll)(&pf, 1, 0) > 0)
+        return false;  // (the end of the stream is readable as the kernel's is)
+    const uint64_t have = std::min<uint64_t>(static_cast<uint64_t>(queued), sw_.tcp_limit()) + ring_.avail();
+    return have < static_cast<uint64_t>(lowat);
 }
 
 int Conn::gate_expired_locked() noexcept

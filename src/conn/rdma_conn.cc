@@ -107,8 +107,10 @@ void Conn::before_fork() noexcept
         const copies::Ref r = copies::add();
         share_.store(r ? r.id << kShareIndexBits | r.index : 0, std::memory_order_release);
     }
-    if (share())
+    if (share()) {
         copies::note_fork_shares(true);
+        copies::add_holder(share(), copies::fork_placeholder());  // (named after the fork)
+    }
 }
 
 bool Conn::shared_at_fork_locked() const noexcept
@@ -122,8 +124,8 @@ void Conn::after_fork_parent(pid_t child) noexcept
     std::lock_guard<std::mutex> lk(mu_);
     if (side_ == Side::server && sw_.phase() == Phase::maybe && !sw_.interested() && !closed_ && child > 0)
         forked_unused_.store(true, std::memory_order_release);
-    if (child > 0 && shared_at_fork_locked())
-        copies::add_holder(share(), child);  // (once per process: a socket may have several numbers)
+    if (share())  // (also one closed meanwhile: its slot is freed once the child is gone)
+        copies::rename_holder(share(), copies::fork_placeholder(), child > 0 ? child : 0);
 }
 
 copies::Ref Conn::share() const noexcept
@@ -363,6 +365,10 @@ void Conn::after_fork_child() noexcept
         }
         return;
     }
+    // The parent's placeholder for this child's copy names this child (if the parent's
+    // fork() has not already: process/copies.hh).
+    if (share())
+        copies::rename_holder(share(), copies::fork_placeholder(), getpid());
     inherited_.store(true, std::memory_order_release);
     ring_.st.reset = true;
     ring_.st.failed = true;

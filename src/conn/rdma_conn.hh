@@ -577,6 +577,8 @@ private:
     // next reader gets it from the peer again), and our count says so.
     int leaving_ = 0;  // (a count: an exec or a pass of the owner's while a fork child's hand-back runs)
     bool leave_can_start_locked() const noexcept;
+    // presw_gated: fewer bytes than SO_RCVLOWAT for the program while verifying.
+    bool below_rcvlowat_locked() const noexcept;
     void leave_fail_locked(Leaving how, const char *what) noexcept;
     // A fork child's copy of a connection it did not adopt: the parent's stream, which
     // the child's exec leaves alone.

@@ -112,7 +112,7 @@ bool live_holder(Slot &s, pid_t self, AliveCache &alive_now) noexcept
         int32_t p = h.load();
         if (p == 0 || p == self)
             continue;
-        if (alive_now(p))
+        if (p < 0 || alive_now(p))  // (a placeholder: a fork under way)
             any = true;
         else
             h.compare_exchange_strong(p, 0);
@@ -270,7 +270,7 @@ Ref add() noexcept
 void add_holder(Ref r, pid_t pid) noexcept
 {
     Slot *s = slot_of(r);
-    if (s == nullptr || pid <= 0)
+    if (s == nullptr || pid == 0)
         return;
     for (int pass = 0; pass < 2; ++pass) {
         for (auto &h : s->holders)
@@ -286,6 +286,32 @@ void add_holder(Ref r, pid_t pid) noexcept
     }
     s->overflow.store(1);
 }
+
+void rename_holder(Ref r, pid_t from, pid_t to) noexcept
+{
+    Slot *s = slot_of(r);
+    if (s == nullptr || from == 0)
+        return;
+    for (auto &h : s->holders) {
+        int32_t p = from;
+        if (h.compare_exchange_strong(p, to))
+            return;
+    }
+}
+
+namespace {
+// (Cached by the forking thread: the child, whose thread is its copy, reads the same.)
+thread_local pid_t t_placeholder = 0;
+}  // namespace
+
+pid_t fork_placeholder() noexcept
+{
+    if (t_placeholder == 0)
+        t_placeholder = -static_cast<pid_t>(syscall(SYS_gettid));
+    return t_placeholder;
+}
+
+void forget_placeholder() noexcept { t_placeholder = 0; }
 
 void drop_holder(Ref r) noexcept
 {

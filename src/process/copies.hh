@@ -41,8 +41,16 @@ struct Ref {
 // before a fork, so that the child shares the table.  Empty when the table cannot be
 // mapped or is full (the connection's copies then report a reset, as before).
 Ref add() noexcept;
-// Process `pid` (a fork child, made now) holds a copy.
+// Before a fork, in the parent: a holder not known yet, named by the forking thread
+// (fork_placeholder()); after it, the parent names the child in its place, or the child
+// itself, whichever comes first (the child may be through with its copy, exec'd or
+// closed, before the parent's fork() returns: it never counts as a holder then).  A
+// failed fork takes it back (`to` 0).  A placeholder counts as a living holder.
 void add_holder(Ref r, pid_t pid) noexcept;
+void rename_holder(Ref r, pid_t from, pid_t to) noexcept;
+pid_t fork_placeholder() noexcept;
+// In a fork child once its copies are named (its own thread is another).
+void forget_placeholder() noexcept;
 // This process holds its copy no more (closed it, exited, exec'd with it close-on-exec,
 // or took it as a kernel socket).
 void drop_holder(Ref r) noexcept;

@@ -149,6 +149,38 @@ BOOST_AUTO_TEST_CASE(a_child_asks_its_owner)
     copies::release(r);
 }
 
+BOOST_AUTO_TEST_CASE(a_child_done_before_fork_returns)
+{
+    // The child names itself in the parent's placeholder and lets its copy go (an exec
+    // that closes it) before the parent names it: it never counts as a holder.
+    copies::Ref r = copies::add();
+    BOOST_REQUIRE(r);
+    const pid_t ph = copies::fork_placeholder();
+    BOOST_CHECK(ph < 0);
+    copies::add_holder(r, ph);
+    BOOST_CHECK(copies::held(r));  // (a fork under way)
+    int go[2];
+    BOOST_REQUIRE_EQUAL(pipe(go), 0);
+    const pid_t p = child([&] {
+        copies::rename_holder(r, copies::fork_placeholder(), getpid());
+        copies::drop_holder(r);
+        char b;
+        if (read(go[0], &b, 1) != 1)  // (alive until the parent has looked)
+            _exit(3);
+        _exit(0);
+    });
+    for (int i = 0; i < 400 && copies::held(r); ++i)
+        usleep(5000);
+    copies::rename_holder(r, ph, p);  // (too late: nothing to rename)
+    BOOST_CHECK(!copies::held(r));
+    BOOST_REQUIRE_EQUAL(write(go[1], "x", 1), 1);
+    reap(p);
+    close(go[0]);
+    close(go[1]);
+    copies::release(r);
+    BOOST_CHECK(copies::state(r) == State::ended);
+}
+
 BOOST_AUTO_TEST_CASE(moves_only_on_its_own_slot)
 {
     copies::Ref r = copies::add();
