@@ -18,7 +18,7 @@
 #                              tests/sanitize/run-sanitized inside (see there); in CI
 #   make check-sanitize-guest  the same where an RDMA device already is (in the VM)
 #   make check-sanitize-tsan   the TSan library, the same way (the parity suite in the
-#                              default mode but one case TSan itself cannot run:
+#                              default mode but two cases TSan itself cannot run:
 #                              run-sanitized says why); in CI
 
 SAN_ASAN_LIB = tests/sanitize/asan/librdmasock.so
