@@ -175,6 +175,7 @@ void after_dup(int oldfd, int newfd, const Victim *victim) noexcept
             log_close(newfd, *old, victim->ci);  // (a deferred close logs when it ends)
     }
     library_fds_closed(static_cast<unsigned>(newfd), static_cast<unsigned>(newfd));
+    util::disown(newfd);  // (the program replaced one of ours)
 }
 
 ssize_t ret(ssize_t r) noexcept
@@ -221,7 +222,7 @@ void finish_deferred_close(Socket &s) noexcept
     offload::on_close(keep, s);
     log_close(s.closed_fd, s, ci);
     s.deferred_fd = -1;
-    RS_REAL(close)(keep);
+    util::close_own(keep);
     SocketRef drop;  // released after the lock
     std::lock_guard<std::mutex> lk(g_deferred_mu);
     if (g_deferred != nullptr)
@@ -260,7 +261,7 @@ bool defer_close(int fd, Socket &s) noexcept
     if (keep < 0)
         return false;
     if (!s.transport.load()->continue_on(keep)) {
-        RS_REAL(close)(keep);
+        util::close_own(keep);
         return false;
     }
     s.deferred_fd = keep;
@@ -875,8 +876,8 @@ ssize_t splice_to(Socket &s, int pipe_r, int sock, size_t len, unsigned flags) n
         }
     }
     ErrnoGuard g;
-    RS_REAL(close)(t[0]);
-    RS_REAL(close)(t[1]);
+    util::close_own(t[0]);
+    util::close_own(t[1]);
     return r;
 }
 }  // namespace
@@ -921,14 +922,15 @@ void forget_socket(int fd) noexcept
     }
 }
 
-// Every number in [first, last] closed at once: each socket there as close() closes it.
+// Every number in [first, last] but the library's own closed at once
+// (util::close_range_but_own): each socket there as close() closes it.
 void forget_range(unsigned first, unsigned last) noexcept
 {
     ErrnoGuard g;
     std::vector<int> fds;
     try {
         fdt::for_each([&fds, first, last](int fd, const SocketRef &) {
-            if (static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last)
+            if (static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last && !util::owned(fd))
                 fds.push_back(fd);
         });
     } catch (...) {  // out of memory: the sockets left are dropped when their numbers are reused
@@ -936,7 +938,10 @@ void forget_range(unsigned first, unsigned last) noexcept
     readiness::on_close_range(first, last);  // first: see before_close()
     for (int fd : fds)
         forget_socket(fd);
-    library_fds_closed(first, last);
+    util::for_each_run_but_own(first, last, [](unsigned lo, unsigned hi) {
+        library_fds_closed(lo, hi);
+        return true;
+    });
 }
 }  // namespace
 
@@ -948,6 +953,7 @@ void before_close(int fd) noexcept
     readiness::on_close(fd);
     forget_socket(fd);
     library_fds_closed(static_cast<unsigned>(fd), static_cast<unsigned>(fd));
+    util::disown(fd);  // (the program closes one of ours: from now on the number is free)
 }
 
 int close(int fd) noexcept
@@ -957,22 +963,27 @@ int close(int fd) noexcept
 }
 
 // close_range() and closefrom() close numbers the program may reuse at once: a number
-// still mapped to a closed connection would send a file's bytes to the peer.  (With
-// CLOSE_RANGE_CLOEXEC nothing is closed; CLOSE_RANGE_UNSHARE closes in a copy of the
-// table, which is this process's from then on.)
+// still mapped to a closed connection would send a file's bytes to the peer.  They
+// leave the library's own descriptors open (util::close_range_but_own): a daemon's
+// closefrom(3) would otherwise take its log, its devices and its connections' eventfds.
+// (With CLOSE_RANGE_CLOEXEC nothing is closed; CLOSE_RANGE_UNSHARE closes in a copy of
+// the table, which is this process's from then on.)
 int close_range(unsigned int first, unsigned int last, int flags) noexcept
 {
-    if (first <= last && !(flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC)) &&
-        !(flags & CLOSE_RANGE_CLOEXEC))
+    if (first > last || (flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC)) != 0)
+        return RS_REAL(close_range)(first, last, flags);  // (EINVAL)
+    if (!(flags & CLOSE_RANGE_CLOEXEC))
         forget_range(first, last);
-    return RS_REAL(close_range)(first, last, flags);
+    return util::close_range_but_own(first, last, flags);
 }
 
 void closefrom(int lowfd) noexcept
 {
-    if (lowfd >= 0)
-        forget_range(static_cast<unsigned>(lowfd), ~0U);
-    RS_REAL(closefrom)(lowfd);
+    if (lowfd < 0)
+        return RS_REAL(closefrom)(lowfd);
+    forget_range(static_cast<unsigned>(lowfd), ~0U);
+    if (util::close_range_but_own(static_cast<unsigned>(lowfd), ~0U, 0) != 0)
+        RS_REAL(closefrom)(lowfd);  // (no close_range: the C library's way, ours too)
 }
 
 int shutdown(int fd, int how) noexcept

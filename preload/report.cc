@@ -162,7 +162,7 @@ int open() noexcept
     socklen_t len = name_of(getpid(), &a);
     if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0 ||
         RS_REAL(bind)(fd, reinterpret_cast<sockaddr *>(&a), len) != 0) {
-        RS_REAL(close)(fd);
+        util::close_own(fd);
         return -1;
     }
     return fd;

@@ -6,6 +6,8 @@
 #include <netinet/tcp.h>
 #include <atomic>
 #include <climits>
+#include <cstdint>
+#include <linux/close_range.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <sys/resource.h>
@@ -121,9 +123,86 @@ void fd_gate_after_fork_child() noexcept
     t_depth = 0;
 }
 
+namespace {
+constexpr unsigned kOwnedMax = 1u << 20;
+constexpr unsigned kWordBits = 64;
+std::atomic<uint64_t> g_owned[kOwnedMax / kWordBits];  // (zero pages until used)
+std::atomic<unsigned> g_owned_words{0};                // words that ever held a bit
+
+void own(int fd) noexcept
+{
+    if (fd < 0 || static_cast<unsigned>(fd) >= kOwnedMax)
+        return;
+    const unsigned w = static_cast<unsigned>(fd) / kWordBits;
+    g_owned[w].fetch_or(uint64_t{1} << (static_cast<unsigned>(fd) % kWordBits), std::memory_order_relaxed);
+    unsigned top = g_owned_words.load(std::memory_order_relaxed);
+    while (top <= w && !g_owned_words.compare_exchange_weak(top, w + 1, std::memory_order_relaxed)) {
+    }
+}
+}  // namespace
+
+bool owned(int fd) noexcept
+{
+    if (fd < 0 || static_cast<unsigned>(fd) >= kOwnedMax)
+        return false;
+    return (g_owned[static_cast<unsigned>(fd) / kWordBits].load(std::memory_order_relaxed) >>
+            (static_cast<unsigned>(fd) % kWordBits)) &
+           1u;
+}
+
+void disown(int fd) noexcept
+{
+    if (owned(fd))
+        g_owned[static_cast<unsigned>(fd) / kWordBits].fetch_and(
+            ~(uint64_t{1} << (static_cast<unsigned>(fd) % kWordBits)), std::memory_order_relaxed);
+}
+
+int close_own(int fd) noexcept
+{
+    disown(fd);
+    return RS_REAL(close)(fd);
+}
+
+bool next_owned(unsigned from, unsigned last, unsigned *n) noexcept
+{
+    const unsigned words = g_owned_words.load(std::memory_order_relaxed);
+    for (unsigned w = from / kWordBits; w < words && w * kWordBits <= last; ++w) {
+        uint64_t bits = g_owned[w].load(std::memory_order_relaxed);
+        if (w == from / kWordBits)
+            bits &= ~uint64_t{0} << (from % kWordBits);
+        if (bits != 0) {
+            const unsigned v = w * kWordBits + static_cast<unsigned>(__builtin_ctzll(bits));
+            if (v > last)
+                return false;
+            *n = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+int close_range_but_own(unsigned first, unsigned last, int flags) noexcept
+{
+    if ((flags & CLOSE_RANGE_CLOEXEC) != 0 || first > last)
+        return RS_REAL(close_range)(first, last, flags);
+    FdGate placing(FdGate::placing);  // (no descriptor of ours made high meanwhile)
+    if ((flags & CLOSE_RANGE_UNSHARE) != 0) {  // a table of our own first, then the closes in it
+        if (RS_REAL(close_range)(~0u, ~0u, CLOSE_RANGE_UNSHARE) != 0)
+            return -1;
+        flags &= ~CLOSE_RANGE_UNSHARE;
+    }
+    return for_each_run_but_own(first, last, [flags](unsigned lo, unsigned hi) {
+               return RS_REAL(close_range)(lo, hi, flags) == 0;
+           })
+               ? 0
+               : -1;
+}
+
 int move_high(int fd) noexcept
 {
     const int floor = floor_fd();
+    if (fd >= 0 && floor >= 0 && fd >= floor)
+        own(fd);  // (the kernel gave it a high number already)
     if (fd < 0 || floor < 0 || fd >= floor)
         return fd;
     int saved = errno;
@@ -137,7 +216,10 @@ int move_high(int fd) noexcept
 int dup_high(int fd) noexcept
 {
     const int floor = floor_fd();
-    return RS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, floor < 0 ? 0 : floor);
+    const int d = RS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, floor < 0 ? 0 : floor);
+    if (floor >= 0)
+        own(d);
+    return d;
 }
 
 bool tcp_peer_ended(int fd) noexcept

@@ -3,6 +3,8 @@
 // it believes free cannot replace one of ours).
 #pragma once
 
+#include <cstdint>
+
 namespace rdmasock::util {
 
 // Moves `fd` to the lowest free number at or above the floor (half the soft
@@ -48,6 +50,37 @@ int placed(Place place) noexcept
     FdGate g(FdGate::placing);
     return place();
 }
+
+// The library's own descriptors: each one moved high (move_high, dup_high) until the
+// library closes it with close_own(), or the program closes or replaces that number
+// (disown).  The program does not know them: its close_range() and closefrom() close
+// the numbers it may hold and leave these open (in its view those numbers are free), so
+// the library's log, devices and connections' eventfds outlive a daemon's or a fork
+// child's closefrom(3).  Numbers up to 2^20; none when there is no floor (above).
+bool owned(int fd) noexcept;
+void disown(int fd) noexcept;
+int close_own(int fd) noexcept;  // disown(fd), then close it
+// The lowest of the library's own numbers in [from, last]; false if none.
+bool next_owned(unsigned from, unsigned last, unsigned *n) noexcept;
+// fn(lo, hi) for each run [lo, hi] of numbers in [first, last] between the library's
+// own, in order, until fn returns false (then false).
+template <class Fn>
+bool for_each_run_but_own(unsigned first, unsigned last, Fn fn) noexcept
+{
+    const uint64_t end = uint64_t{last} + 1;
+    for (uint64_t lo = first; lo < end;) {
+        unsigned n = 0;
+        const uint64_t stop = next_owned(static_cast<unsigned>(lo), last, &n) ? n : end;
+        if (stop > lo && !fn(static_cast<unsigned>(lo), static_cast<unsigned>(stop - 1)))
+            return false;
+        lo = stop + 1;
+    }
+    return true;
+}
+// close_range(first, last, flags) of every number there but the library's own: a run of
+// close_range() calls around them, no descriptor of ours made meanwhile (FdGate).  With
+// CLOSE_RANGE_CLOEXEC (nothing closed) it is the plain call.  0, or -1 with errno.
+int close_range_but_own(unsigned first, unsigned last, int flags) noexcept;
 
 // A fork's child has no other thread: no side is held there.
 void fd_gate_after_fork_child() noexcept;

@@ -120,7 +120,7 @@ void after_fork_child() noexcept
     int old = g_fd.load(std::memory_order_relaxed);
     open_file(g_pattern);
     if (old != STDERR_FILENO && old >= 0 && old != g_fd.load(std::memory_order_relaxed))
-        RS_REAL(close)(old);
+        util::close_own(old);
     errno = saved;
 }
 

@@ -693,7 +693,7 @@ void Conn::close_drained(int d) noexcept
 {
     std::lock_guard<std::mutex> dl(g_drain_mu);
     swap_slot(d + 1, 0);
-    RS_REAL(close)(d);
+    util::close_own(d);
 }
 
 void Conn::lock_drains() noexcept { g_drain_mu.lock(); }
@@ -703,7 +703,7 @@ void Conn::drop_drains_in_child() noexcept
 {
     for (auto &slot : g_drain_slots)
         if (int v = slot.exchange(0); v > 0)
-            RS_REAL(close)(v - 1);
+            util::close_own(v - 1);
 }
 
 void Conn::destroy() noexcept

@@ -44,9 +44,9 @@ void Shadows::close_fds() noexcept
 {
     const int rd = rd_.exchange(-1), wr = wr_.exchange(-1);
     if (rd >= 0)
-        RS_REAL(close)(rd);
+        util::close_own(rd);
     if (wr >= 0)
-        RS_REAL(close)(wr);
+        util::close_own(wr);
 }
 
 void Shadows::set(bool readable, bool writable) noexcept

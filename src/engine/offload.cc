@@ -186,15 +186,15 @@ void set_report(int (*open)() noexcept, void (*answer)(int fd) noexcept) noexcep
 
 void Engine::close_inherited() noexcept
 {
-    RS_REAL(close)(ep_);
-    RS_REAL(close)(cmd_efd_);
+    util::close_own(ep_);
+    util::close_own(cmd_efd_);
     if (report_fd_ >= 0)
-        RS_REAL(close)(report_fd_);
+        util::close_own(report_fd_);
     ep_ = cmd_efd_ = report_fd_ = -1;
     for (const Own &o : own)  // (the ports of the parent's own listeners)
-        RS_REAL(close)(o.reserve_fd);
+        util::close_own(o.reserve_fd);
     for (const auto &kv : holder_fds_)
-        RS_REAL(close)(kv.second);
+        util::close_own(kv.second);
 }
 
 namespace {
@@ -627,7 +627,7 @@ uint16_t Engine::own_listener(const sockaddr_storage &local) noexcept
         rdma_bind_addr(id->get(), reinterpret_cast<sockaddr *>(&a)) != 0 || rdma_listen(id->get(), 128) != 0) {
         RS_DEBUG("no RDMA listener of this process's own: %s", strerror(err != 0 ? err : errno));
         if (reserve >= 0)
-            RS_REAL(close)(reserve);
+            util::close_own(reserve);
         return 0;
     }
     const uint16_t port = ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6 *>(&a)->sin6_port
@@ -917,7 +917,7 @@ void Engine::device_gone(ibv_context *ctx) noexcept
         // own ports and lingering ones too: those first (on_ctx needs the id alive).
         sweep(own, [](Own &o) -> std::shared_ptr<rdma::CmId> & { return o.id; }, [](Own &o) {
             o.id->destroy_now();
-            RS_REAL(close)(o.reserve_fd);
+            util::close_own(o.reserve_fd);
         });
         sweep(lingering, [](Lingering &l) -> std::shared_ptr<rdma::CmId> & { return l.id; },
               [](Lingering &l) { l.id->destroy_now(); });
@@ -1070,7 +1070,7 @@ bool holder_gone(pid_t p) noexcept
         if (fd < 0)
             return false;
         n = RS_REAL(read)(fd, buf, sizeof buf - 1);
-        RS_REAL(close)(fd);
+        util::close_own(fd);
     }
     if (n <= 0)
         return false;

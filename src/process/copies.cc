@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/fd.hh"
 #include "base/real.hh"
 
 namespace rdmasock::copies {
@@ -178,7 +179,7 @@ void keep_wake(pid_t owner, int fd) noexcept
     struct stat st {};
     if (fd < 0 || fstat(fd, &st) != 0) {
         if (fd >= 0)
-            RS_REAL(close)(fd);
+            util::close_own(fd);
         return;
     }
     for (auto &w : g_wakes) {
@@ -186,14 +187,14 @@ void keep_wake(pid_t owner, int fd) noexcept
         if (w.owner.load(std::memory_order_relaxed) == owner || w.owner.compare_exchange_strong(none, owner)) {
             const int old = w.fd.exchange(-1, std::memory_order_acq_rel);
             if (old >= 0 && old != fd)
-                RS_REAL(close)(old);
+                util::close_own(old);
             w.dev = st.st_dev;
             w.ino = st.st_ino;
             w.fd.store(fd, std::memory_order_release);
             return;
         }
     }
-    RS_REAL(close)(fd);  // (more owners than entries: the owner's engine looks every 250 ms)
+    util::close_own(fd);  // (more owners than entries: the owner's engine looks every 250 ms)
 }
 
 void wake(pid_t owner) noexcept

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "base/fd.hh"
 #include "base/log.hh"
 #include "base/real.hh"
 #include "rdma/dl_functions.hh"
@@ -131,6 +132,7 @@ void own_fd(int fd) noexcept
 
 void disown_fd(int fd) noexcept
 {
+    util::disown(fd);  // (rdma-core closes it next, maybe not through our close())
     std::lock_guard<std::mutex> lk(g_fds_mu);
     for (auto it = g_fds.begin(); it != g_fds.end(); ++it)
         if (*it == fd) {
@@ -153,7 +155,7 @@ bool after_fork_child() noexcept
     // parent's.  The next load() makes a copy of our own.
     new (&g_fds_mu) std::mutex();
     for (int fd : g_fds)
-        RS_REAL(close)(fd);
+        util::close_own(fd);
     g_fds.clear();
     for (void *&f : g_fn)
         f = nullptr;

@@ -27,7 +27,7 @@ bool program_has_it() noexcept;
 // Descriptors of rdma-core objects made for the library (recorded when made, forgotten
 // when destroyed): a fork child closes its copies (after_fork_child).
 void own_fd(int fd) noexcept;
-void disown_fd(int fd) noexcept;
+void disown_fd(int fd) noexcept;  // (also util::disown: rdma-core is about to close it)
 
 // In a fork child: if rdma-core was loaded, its state (device handles opened by the
 // parent, whose use the kernel refuses the child; rdma_cm ids; the library's own

@@ -180,7 +180,7 @@ long long pinned_bytes() noexcept
             break;
         len += static_cast<size_t>(r);
     }
-    RS_REAL(close)(static_cast<int>(fd));  // (not syscall(): the shim hooks SYS_close)
+    util::close_own(static_cast<int>(fd));  // (not syscall(): the shim hooks SYS_close)
     buf[len] = '\0';
     long long v = status_kb_field(buf, "VmPin");
     if (v < 0)

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/fd.hh"
 #include "base/real.hh"
 
 namespace rdmasock::rdma {
@@ -21,7 +22,7 @@ bool read_small(const char *path, char *buf, size_t n) noexcept
     if (fd < 0)
         return false;
     ssize_t r = pread(fd, buf, n - 1, 0);
-    RS_REAL(close)(fd);  // (not syscall(): the shim hooks SYS_close)
+    util::close_own(fd);  // (not syscall(): the shim hooks SYS_close)
     if (r <= 0)
         return false;
     buf[r] = '\0';

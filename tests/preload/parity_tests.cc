@@ -138,6 +138,10 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
     } else if (key == "timeouts" || key == "halfclose" || key == "dup2-live" || key == "close-range" ||
                key == "syscall-close") {
         o->rdma = 2;  // two tcp_pair()s
+    } else if (key == "closefrom") {
+        // Three tcp_pair()s a round, two rounds: the one made after the close too (the
+        // library's devices and channels were left open).
+        o->rdma = 6;
     } else if (key == "refused" || key == "ebadf" || key == "pipe" || key == "udp") {
         // refused connects only (no close line for a connect that failed blocking), no
         // TCP connection, pipes, UDP: nothing to log
@@ -1369,6 +1373,45 @@ a file takes a's number: yes
 write 1000 bytes to the file = 1000
 the file holds 1000 bytes
 b reads EOF = 0
+)")
+
+// closefrom() of a connection's number and up, then raw SYS_close_range to the top: the
+// connection closes (a file takes its number, the peer reads EOF); a connection below,
+// and a new one, carry their bytes.  (RDMA mode: the library's own descriptors above the
+// program's were closed with them.)
+PARITY_CASE(closefrom_then_number_reused, ({"closefrom"}), nullptr,
+R"(the numbers from a's up hold no other descriptor of the program: yes
+a writes = 4
+b reads = 4
+closefrom(a's number)
+a file takes a's number: yes
+write 1000 bytes to the file = 1000
+the file holds 1000 bytes
+b reads EOF = 0
+the connection below writes 1000 bytes = 1
+its peer reads them = 1000
+the connection below writes 1000 bytes = 1
+its peer reads them = 1000
+a new connection writes 1000 bytes = 1
+its peer reads them = 1000
+and back = 1
+reads them = 1000
+the numbers from a's up hold no other descriptor of the program: yes
+a writes = 4
+b reads = 4
+syscall(SYS_close_range, a's number, ~0U, 0) = 0
+a file takes a's number: yes
+write 1000 bytes to the file = 1000
+the file holds 1000 bytes
+b reads EOF = 0
+the connection below writes 1000 bytes = 1
+its peer reads them = 1000
+the connection below writes 1000 bytes = 1
+its peer reads them = 1000
+a new connection writes 1000 bytes = 1
+its peer reads them = 1000
+and back = 1
+reads them = 1000
 )")
 
 // splice(2) between a connection and a pipe, both ways, every byte in order; then the

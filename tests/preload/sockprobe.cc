@@ -602,6 +602,7 @@ bool write_all(int fd, const void *p, size_t n)
 
 // Read exactly n bytes (or to EOF / error); returns the count read.
 using testcommon::read_n;
+using testcommon::send_all;
 
 struct TxResult {
     uint64_t sent = 0;
@@ -2309,9 +2310,7 @@ void file_takes_the_number(int a, int b)
 // close_range() closes a connection's number (then both numbers of a duplicated one),
 // and a file takes the number at once: what the program writes there goes to the file,
 // and the peer reads EOF.  (RDMA mode: the library kept the number as the offloaded
-// socket, and the file's bytes went to the peer.)  closefrom() takes the same path in
-// the library; it is not run here because it would also close the library's own
-// descriptors (its log file), which sit above the program's.
+// socket, and the file's bytes went to the peer.)  closefrom: sc_closefrom.
 int sc_close_range(const Args &)
 {
     char buf[1000] = {};
@@ -2331,6 +2330,49 @@ int sc_close_range(const Args &)
         out("close_range of a's %s", round == 0 ? "number" : "two numbers");
         SHOW("close_range", close_range(first, last, 0));
         file_takes_the_number(a, b);
+    }
+    return 0;
+}
+
+// closefrom(), as a daemon or a fork child before exec closes every number from one
+// up: the connection whose numbers are all in the range closes (a file takes its number
+// and keeps the program's bytes, the peer reads EOF); a connection below the range, and
+// one made after the call, carry bytes both ways.  Then the same through raw
+// SYS_close_range to the top.  (RDMA mode: closefrom() also closed the library's own
+// descriptors, which sit above the program's: its devices', its connections' eventfds.)
+int sc_closefrom(const Args &)
+{
+    char buf[1000] = {};
+    for (int round = 0; round < 2; ++round) {
+        Conn keep = tcp_pair(AF_INET);
+        Conn p = tcp_pair(AF_INET);
+        int a = p.c;
+        int b = fcntl(p.s, F_DUPFD, 0);  // (a number the listeners left, below a)
+        close(p.s);
+        out("the numbers from a's up hold no other descriptor of the program: %s",
+            b < a && keep.c < a && keep.s < a ? "yes" : "no");
+        SHOW("a writes", write(a, "ping", 4));
+        SHOW("b reads", read_n(b, buf, 4));
+        if (round == 0) {
+            out("closefrom(a's number)");
+            closefrom(a);
+        } else {
+            SHOW("syscall(SYS_close_range, a's number, ~0U, 0)", syscall(SYS_close_range, a, ~0U, 0));
+        }
+        file_takes_the_number(a, b);
+        for (int i = 0; i < 2; ++i) {
+            const int from = i == 0 ? keep.c : keep.s, to = i == 0 ? keep.s : keep.c;
+            memset(buf, 'k', sizeof buf);
+            SHOW("the connection below writes 1000 bytes", send_all(from, buf, sizeof buf));
+            SHOW("its peer reads them", read_n(to, buf, sizeof buf));
+        }
+        close_conn(keep);
+        Conn q = tcp_pair(AF_INET);
+        SHOW("a new connection writes 1000 bytes", send_all(q.c, buf, sizeof buf));
+        SHOW("its peer reads them", read_n(q.s, buf, sizeof buf));
+        SHOW("and back", send_all(q.s, buf, sizeof buf));
+        SHOW("reads them", read_n(q.c, buf, sizeof buf));
+        close_conn(q);
     }
     return 0;
 }
@@ -3608,6 +3650,7 @@ const Scenario kScenarios[] = {
     {"dup2-race", sc_dup2_race, ""},
     {"close-range", sc_close_range, ""},
     {"syscall-close", sc_syscall_close, ""},
+    {"closefrom", sc_closefrom, ""},
     {"splice", sc_splice, ""},
     {"nonblock-elsewhere", sc_nonblock_elsewhere, ""},
     {"fork-connect", sc_fork_connect, ""},
