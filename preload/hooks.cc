@@ -175,7 +175,8 @@ void after_dup(int oldfd, int newfd, const Victim *victim) noexcept
             log_close(newfd, *old, victim->ci);  // (a deferred close logs when it ends)
     }
     library_fds_closed(static_cast<unsigned>(newfd), static_cast<unsigned>(newfd));
-    util::disown(newfd);  // (the program replaced one of ours)
+    if (victim != nullptr)  // dup2, dup3: the program may have replaced one of ours
+        util::disown(newfd);
 }
 
 ssize_t ret(ssize_t r) noexcept
@@ -979,11 +980,16 @@ int close_range(unsigned int first, unsigned int last, int flags) noexcept
 
 void closefrom(int lowfd) noexcept
 {
-    if (lowfd < 0)
-        return RS_REAL(closefrom)(lowfd);
-    forget_range(static_cast<unsigned>(lowfd), ~0U);
-    if (util::close_range_but_own(static_cast<unsigned>(lowfd), ~0U, 0) != 0)
-        RS_REAL(closefrom)(lowfd);  // (no close_range: the C library's way, ours too)
+    const unsigned first = lowfd < 0 ? 0 : static_cast<unsigned>(lowfd);  // (as the C library's)
+    forget_range(first, ~0U);
+    if (util::close_range_but_own(first, ~0U, 0) != 0) {
+        // No close_range (before Linux 5.9, or a seccomp filter): the C library's way,
+        // which closes ours too.
+        ErrnoGuard g;
+        library_fds_closed(first, ~0U);
+        util::disown_from(first);
+        RS_REAL(closefrom)(lowfd);
+    }
 }
 
 int shutdown(int fd, int how) noexcept

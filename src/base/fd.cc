@@ -10,6 +10,9 @@
 #include <linux/close_range.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#ifndef SYS_close_range
+#define SYS_close_range 436  // (Linux 5.9, every architecture)
+#endif
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -159,8 +162,19 @@ void disown(int fd) noexcept
 
 int close_own(int fd) noexcept
 {
+    FdGate making(FdGate::making);  // (a range close between the two would leave it closed, unowned)
     disown(fd);
     return RS_REAL(close)(fd);
+}
+
+void disown_from(unsigned first) noexcept
+{
+    unsigned n = 0;
+    for (unsigned from = first; next_owned(from, ~0u, &n); from = n + 1) {
+        disown(static_cast<int>(n));
+        if (n == ~0u)
+            break;
+    }
 }
 
 bool next_owned(unsigned from, unsigned last, unsigned *n) noexcept
@@ -183,16 +197,20 @@ bool next_owned(unsigned from, unsigned last, unsigned *n) noexcept
 
 int close_range_but_own(unsigned first, unsigned last, int flags) noexcept
 {
+    // (The system call: the C library's function may be a stub where it is older than the kernel.)
+    auto close_range = [](unsigned lo, unsigned hi, int f) {
+        return static_cast<int>(RS_REAL(syscall)(SYS_close_range, static_cast<long>(lo), static_cast<long>(hi), static_cast<long>(f), 0L, 0L, 0L));
+    };
     if ((flags & CLOSE_RANGE_CLOEXEC) != 0 || first > last)
-        return RS_REAL(close_range)(first, last, flags);
+        return close_range(first, last, flags);
     FdGate placing(FdGate::placing);  // (no descriptor of ours made high meanwhile)
     if ((flags & CLOSE_RANGE_UNSHARE) != 0) {  // a table of our own first, then the closes in it
-        if (RS_REAL(close_range)(~0u, ~0u, CLOSE_RANGE_UNSHARE) != 0)
+        if (close_range(~0u, ~0u, CLOSE_RANGE_UNSHARE) != 0)
             return -1;
         flags &= ~CLOSE_RANGE_UNSHARE;
     }
-    return for_each_run_but_own(first, last, [flags](unsigned lo, unsigned hi) {
-               return RS_REAL(close_range)(lo, hi, flags) == 0;
+    return for_each_run_but_own(first, last, [&close_range, flags](unsigned lo, unsigned hi) {
+               return close_range(lo, hi, flags) == 0;
            })
                ? 0
                : -1;
@@ -215,6 +233,7 @@ int move_high(int fd) noexcept
 
 int dup_high(int fd) noexcept
 {
+    FdGate making(FdGate::making);  // (a range close would not know it yet)
     const int floor = floor_fd();
     const int d = RS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, floor < 0 ? 0 : floor);
     if (floor >= 0)

@@ -59,7 +59,8 @@ int placed(Place place) noexcept
 // child's closefrom(3).  Numbers up to 2^20; none when there is no floor (above).
 bool owned(int fd) noexcept;
 void disown(int fd) noexcept;
-int close_own(int fd) noexcept;  // disown(fd), then close it
+int close_own(int fd) noexcept;  // disown(fd), then close it (no range close in between)
+void disown_from(unsigned first) noexcept;  // every number from `first` up (they are closed)
 // The lowest of the library's own numbers in [from, last]; false if none.
 bool next_owned(unsigned from, unsigned last, unsigned *n) noexcept;
 // fn(lo, hi) for each run [lo, hi] of numbers in [first, last] between the library's
@@ -78,8 +79,10 @@ bool for_each_run_but_own(unsigned first, unsigned last, Fn fn) noexcept
     return true;
 }
 // close_range(first, last, flags) of every number there but the library's own: a run of
-// close_range() calls around them, no descriptor of ours made meanwhile (FdGate).  With
-// CLOSE_RANGE_CLOEXEC (nothing closed) it is the plain call.  0, or -1 with errno.
+// close_range() system calls around them, no descriptor of ours made or closed meanwhile
+// (FdGate: a close that blocks, a socket's SO_LINGER, keeps the library's makers out
+// that long, 2 s at most).  With CLOSE_RANGE_CLOEXEC (nothing closed) it is the plain
+// call.  0, or -1 with errno (ENOSYS before Linux 5.9).
 int close_range_but_own(unsigned first, unsigned last, int flags) noexcept;
 
 // A fork's child has no other thread: no side is held there.

@@ -303,6 +303,7 @@ Context::~Context()
     if (inherited())
         return;
     if (owned_ && ctx_ != nullptr) {
+        util::FdGate making(util::FdGate::making);  // (disowned and closed, nothing between)
         dl::disown_fd(ctx_->cmd_fd);
         dl::disown_fd(ctx_->async_fd);
         ibv_close_device(ctx_);
@@ -382,6 +383,7 @@ CompChannel::~CompChannel()
     if (inherited())
         return;
     if (ch_ != nullptr) {
+        util::FdGate making(util::FdGate::making);  // (disowned and closed, nothing between)
         dl::disown_fd(ch_->fd);
         ibv_destroy_comp_channel(ch_);
     }
@@ -560,6 +562,7 @@ CmChannel::~CmChannel()
     if (inherited())
         return;
     if (ch_ != nullptr) {
+        util::FdGate making(util::FdGate::making);  // (disowned and closed, nothing between)
         dl::disown_fd(ch_->fd);
         rdma_destroy_event_channel(ch_);
     }

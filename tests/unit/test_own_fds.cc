@@ -41,13 +41,47 @@ BOOST_AUTO_TEST_CASE(runs_around_the_library_numbers)
     // The program's number just above ours, and one below: closed; ours: open.
     const int above = fcntl(p[1], F_DUPFD, d + 1), below = fcntl(p[1], F_DUPFD, d - 3);
     BOOST_REQUIRE(above > d && below < d && below >= d - 3);
-    BOOST_CHECK_EQUAL(util::close_range_but_own(static_cast<unsigned>(below), ~0u, 0), 0);
+    BOOST_CHECK_EQUAL(util::close_range_but_own(static_cast<unsigned>(below), static_cast<unsigned>(above), 0), 0);
     BOOST_CHECK(is_open(d));
     BOOST_CHECK(!is_open(above));
     BOOST_CHECK(!is_open(below));
     BOOST_CHECK(is_open(p[0]) && is_open(p[1]));
     BOOST_CHECK_EQUAL(util::close_own(d), 0);
     BOOST_CHECK(!util::owned(d) && !is_open(d));
+    close(p[0]);
+    close(p[1]);
+}
+
+// Numbers of ours side by side across a 64-bit word of the bitmap, ours at both ends of
+// the range and a range of one of ours: only the program's between them close.
+BOOST_AUTO_TEST_CASE(adjacent_across_a_word)
+{
+    int p[2];
+    BOOST_REQUIRE_EQUAL(pipe(p), 0);
+    std::vector<int> ours;
+    while (ours.size() < 3 || ours.back() % 64 != 1) {  // (..., 64k - 1, 64k, 64k + 1)
+        const int d = util::dup_high(p[0]);
+        BOOST_REQUIRE(d > p[1] && (ours.empty() || d == ours.back() + 1) && ours.size() < 200);
+        ours.push_back(d);
+    }
+    const int hole = ours[ours.size() - 2];  // 64k: the program's from now on
+    util::disown(hole);
+    const int mine = ours.back() + 1;
+    BOOST_REQUIRE_EQUAL(fcntl(p[1], F_DUPFD, mine), mine);  // (the program's, above ours)
+    const unsigned first = static_cast<unsigned>(ours[ours.size() - 3]), last = static_cast<unsigned>(ours.back());
+    BOOST_CHECK_EQUAL(util::close_range_but_own(first, first, 0), 0);  // one of ours alone
+    BOOST_CHECK(is_open(static_cast<int>(first)));
+    BOOST_CHECK_EQUAL(util::close_range_but_own(first, last, CLOSE_RANGE_UNSHARE), 0);
+    BOOST_CHECK(is_open(static_cast<int>(first)) && is_open(static_cast<int>(last)));
+    BOOST_CHECK(!is_open(hole));
+    BOOST_CHECK(is_open(mine));
+    BOOST_CHECK_EQUAL(util::close_range_but_own(first, static_cast<unsigned>(mine), 0), 0);
+    BOOST_CHECK(!is_open(mine));
+    for (int d : ours)
+        if (d != hole) {
+            BOOST_CHECK(is_open(d));
+            util::close_own(d);
+        }
     close(p[0]);
     close(p[1]);
 }
