@@ -39,21 +39,38 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
     const bool have_cq = (ph == Phase::rdma || (ph == Phase::verifying && side_ == Side::server)) && link_.usable() &&
                          !ring_.frozen();
     // Busy-poll mode (RDMASOCK_BUSY_POLL_US): spin on the completion queue for a bounded
-    // time before sleeping.  Off by default: an idle process uses no CPU.  The spin comes
+    // time before sleeping.  By default the spin adapts (waits::AdaptiveSpin): it spins
+    // only while spins find data, so an idle connection uses no CPU.  The spin comes
     // before the socket's timeout is read (a system call the data often makes needless);
     // a timeout counts from the spin's start.
-    const long spin_us = rt::config().busy_poll_us;
+    const long fixed_us = rt::config().busy_poll_us, adaptive_us = rt::config().spin_us;
+    waits::AdaptiveSpin *adapt =
+        have_cq && tcp_events == 0 && fixed_us == 0 && adaptive_us > 0 ? (efd == sh_.rd_fd() ? &rx_spin_ : &tx_spin_)
+                                                                       : nullptr;
+    const auto began = adapt != nullptr ? waits::Clock::now() : waits::Clock::time_point{};
+    auto came = [&] {
+        if (adapt != nullptr)
+            adapt->came_after(std::chrono::duration_cast<std::chrono::nanoseconds>(waits::Clock::now() - began).count(),
+                              adaptive_us);
+    };
+    const long spin_us = !(have_cq && tcp_events == 0) ? 0 : adapt != nullptr ? adapt->budget_us(adaptive_us) : fixed_us;
     waits::Clock::time_point spun_from{};
-    if (spin_us > 0 && have_cq && tcp_events == 0 &&
-        waits::spin(
+    if (spin_us > 0) {
+        const bool found = waits::spin(
             lk, spin_us,
             [&] {
                 poll_cq_locked();
                 update_shadows_locked();
                 return efd == sh_.rd_fd() ? readable_locked() : writable_locked();
             },
-            &spun_from))
-        return 1;  // (the completion queue was just polled)
+            &spun_from);
+        if (adapt != nullptr)
+            adapt->spun(found);
+        if (found) {
+            came();
+            return 1;  // (the completion queue was just polled)
+        }
+    }
     // The spin came before the O_NONBLOCK check (spin_before_flag_check): a socket that
     // is nonblocking after all (another process changed the flag) does not sleep.
     if (check_nonblocking && nonblocking())
@@ -86,6 +103,7 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
         return sliced ? 0 : -EAGAIN;  // a slice ended: the caller looks again
     if (r < 0)
         return r;
+    came();
     if (have_cq && (p[1].revents & POLLIN)) {
         // One event per arming: one read (another one pending keeps the fd readable).
         link_.ack_event();

@@ -606,6 +606,8 @@ private:
     // it, and only to spin before reading the flag (another process sharing the socket
     // may have changed it: the flag is read again before any sleep).
     mutable std::atomic<int> nb_seen_{-1};
+    // The default mode's spins before a blocking receive, and a blocking send (under mu_).
+    waits::AdaptiveSpin rx_spin_, tx_spin_;
 
     // The TCP socket as the progress thread watches it once on RDMA.
     struct TcpWatch {

@@ -163,4 +163,52 @@ BOOST_AUTO_TEST_CASE(deadline_from_the_socket_timeout)
     close(fd);
 }
 
+// The adaptive spin: a connection whose data comes soon spins every wait; one whose data
+// comes late (or never) spins on one wait in 16 only, and spins again once a spin finds
+// data or its data comes soon again.
+BOOST_AUTO_TEST_CASE(adaptive_spin)
+{
+    constexpr long us = 50;
+    rdmasock::waits::AdaptiveSpin a;
+    BOOST_TEST(a.budget_us(us) == us);  // the first wait
+    a.spun(true);
+    a.came_after(10'000, us);
+    for (int i = 0; i < 100; ++i) {  // answers after 10 to 190 us: every wait spins
+        BOOST_TEST_REQUIRE(a.budget_us(us) == us);
+        const bool found = i % 2 == 0;
+        a.spun(found);
+        a.came_after(found ? 10'000 : 190'000, us);
+    }
+    // Idle: each wait's data comes after seconds.
+    a.spun(false);
+    a.came_after(5'000'000'000, us);
+    a.came_after(5'000'000'000, us);
+    a.came_after(5'000'000'000, us);
+    int spins = 0;
+    for (int i = 0; i < 160; ++i)
+        if (a.budget_us(us) > 0) {
+            ++spins;
+            a.spun(false);
+            a.came_after(5'000'000'000, us);
+        }
+    BOOST_TEST(spins == 10);  // one wait in 16
+    // A look that finds data soon: the next waits spin.
+    while (a.budget_us(us) == 0) {
+    }
+    a.spun(true);
+    a.came_after(20'000, us);
+    BOOST_TEST(a.budget_us(us) == us);
+    // Data soon again while sleeping (a sleep whose data came within 4 spins on
+    // average): spins.
+    rdmasock::waits::AdaptiveSpin b;
+    b.spun(false);
+    for (int i = 0; i < 8; ++i)
+        b.came_after(5'000'000'000, us);
+    BOOST_TEST(b.budget_us(us) == 0);
+    for (int i = 0; i < 12; ++i)
+        b.came_after(100'000, us);
+    BOOST_TEST(b.budget_us(us) == us);
+    // RDMASOCK_SPIN_US=0 never reaches here: the connection does not ask (conn_io.cc).
+}
+
 BOOST_AUTO_TEST_SUITE_END()
