@@ -59,24 +59,30 @@ bool spin(std::unique_lock<std::mutex> &lk, long budget_us, Ready ready, Clock::
 
 // The default mode's adaptive spin (RDMASOCK_BUSY_POLL_US 0; RDMASOCK_SPIN_US is the
 // spin, 0 turns it off): whether a connection's next blocking wait spins before it
-// sleeps.  Every wait that ends with its data (after a spin or a sleep) tells how long
-// the data took; a moving average of those times (the last one a quarter, each
-// clipped to 8 spins) says whether this connection's data comes soon.  A wait spins
-// while the average is at most 4 spins, or the last spin found its data; else one wait
-// in 16 spins, to look again (a sleep's time includes its wake-up, which where that is
-// slow would keep a connection whose data does come soon from ever spinning again).  A
-// request/response loop whose answers come soon spins; a connection whose data comes
-// late, or never (idle), sleeps at once but for one wait in 16.  The connection's lock
-// guards it.
+// sleeps.  Two moving averages: how long each wait's data took (after a spin or a
+// sleep; the last one a quarter, each clipped to 8 spins), and how many spins found
+// their data (the last one an eighth).  A wait spins when the last spin found its data,
+// or when the data has been coming within 4 spins and at least one spin in 4 has found
+// it; otherwise one wait in 16 spins, to look again (a sleep's time includes its
+// wake-up, which where that is slow would keep a connection whose data does come soon
+// from ever spinning again).  So a request/response loop whose answers come soon spins;
+// a connection whose data comes just too late for the spin (a paced stream: about 11
+// spins, then 1 wait in 16), late, or never (idle) sleeps at once but for one wait in
+// 16.  The connection's lock guards it.
 class AdaptiveSpin {
 public:
     // This wait's spin, in us (0: sleep at once).
     long budget_us(long spin_us) noexcept
     {
-        return avg_ns_ <= spin_us * 4000 || last_found_ || ++skipped_ % 16 == 0 ? spin_us : 0;
+        const bool soon = avg_ns_ <= spin_us * 4000 && found_256_ >= 64;
+        return last_found_ || soon || ++skipped_ % 16 == 0 ? spin_us : 0;
     }
     // The spin budget_us() asked for found the data, or not.
-    void spun(bool found) noexcept { last_found_ = found; }
+    void spun(bool found) noexcept
+    {
+        last_found_ = found;
+        found_256_ = (7 * found_256_ + (found ? 256 : 0)) / 8;
+    }
     // The wait's data came `ns` after the wait began (its spin included).
     void came_after(int64_t ns, long spin_us) noexcept
     {
@@ -85,7 +91,8 @@ public:
     }
 
 private:
-    int64_t avg_ns_ = 0;      // (a connection's first wait spins)
+    int64_t avg_ns_ = 0;       // (a connection's first wait spins)
+    unsigned found_256_ = 256; // spins that found their data, in 256ths
     bool last_found_ = false;
     unsigned skipped_ = 0;
 };

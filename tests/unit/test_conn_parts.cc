@@ -199,15 +199,28 @@ BOOST_AUTO_TEST_CASE(adaptive_spin)
     a.came_after(20'000, us);
     BOOST_TEST(a.budget_us(us) == us);
     // Data soon again while sleeping (a sleep whose data came within 4 spins on
-    // average): spins.
+    // average), after one spin that found nothing: spins.
     rdmasock::waits::AdaptiveSpin b;
-    b.spun(false);
     for (int i = 0; i < 8; ++i)
         b.came_after(5'000'000'000, us);
+    b.spun(false);
     BOOST_TEST(b.budget_us(us) == 0);
     for (int i = 0; i < 12; ++i)
         b.came_after(100'000, us);
     BOOST_TEST(b.budget_us(us) == us);
+    // A paced stream: its data comes every 100 us, always just after the spin: about
+    // 11 spins find nothing, then one wait in 16 spins.
+    rdmasock::waits::AdaptiveSpin c;
+    int paced = 0;
+    for (int i = 0; i < 160; ++i)
+        if (c.budget_us(us) > 0) {
+            ++paced;
+            c.spun(false);
+            c.came_after(100'000, us);
+        } else {
+            c.came_after(100'000, us);
+        }
+    BOOST_TEST(paced <= 11 + 10);
     // RDMASOCK_SPIN_US=0 never reaches here: the connection does not ask (conn_io.cc).
 }
 
