@@ -47,10 +47,17 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
     waits::AdaptiveSpin *adapt =
         have_cq && tcp_events == 0 && fixed_us == 0 && adaptive_us > 0 ? (efd == sh_.rd_fd() ? &rx_spin_ : &tx_spin_)
                                                                        : nullptr;
-    const auto began = adapt != nullptr ? waits::Clock::now() : waits::Clock::time_point{};
+    auto ready = [&] { return efd == sh_.rd_fd() ? readable_locked() : writable_locked(); };
+    // How long the data took, for the adaptive spin: from the spin's first clock reading
+    // (after 16 polls: none is taken before), or from the sleep's start when it did not
+    // spin; counted only when the wait ends with its data there.
+    waits::Clock::time_point began{};
     auto came = [&] {
-        if (adapt != nullptr)
-            adapt->came_after(std::chrono::duration_cast<std::chrono::nanoseconds>(waits::Clock::now() - began).count(),
+        if (adapt != nullptr && ready())
+            adapt->came_after(began == waits::Clock::time_point{}
+                                  ? 0
+                                  : std::chrono::duration_cast<std::chrono::nanoseconds>(waits::Clock::now() - began)
+                                        .count(),
                               adaptive_us);
     };
     const long spin_us = !(have_cq && tcp_events == 0) ? 0 : adapt != nullptr ? adapt->budget_us(adaptive_us) : fixed_us;
@@ -61,9 +68,10 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
             [&] {
                 poll_cq_locked();
                 update_shadows_locked();
-                return efd == sh_.rd_fd() ? readable_locked() : writable_locked();
+                return ready();
             },
             &spun_from);
+        began = spun_from;
         if (adapt != nullptr)
             adapt->spun(found);
         if (found) {
@@ -93,6 +101,8 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
     // also watches the completion channel itself, so a wake-up does not have to go
     // through the progress thread (whichever reads the event first handles it; both
     // re-arm and re-poll, so none is lost).
+    if (adapt != nullptr && began == waits::Clock::time_point{})
+        began = waits::Clock::now();  // (no spin: the time is the sleep's)
     sh_.sleep_begin();
     pollfd p[3] = {{efd, events, 0}, {have_cq ? comp_fd() : -1, POLLIN, 0}, {tcp_fd_, tcp_events, 0}};
     const int r = waits::sleep(lk, p, tcp_events ? 3 : 2, tmo, has_timeout);
@@ -103,7 +113,6 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
         return sliced ? 0 : -EAGAIN;  // a slice ended: the caller looks again
     if (r < 0)
         return r;
-    came();
     if (have_cq && (p[1].revents & POLLIN)) {
         // One event per arming: one read (another one pending keeps the fd readable).
         link_.ack_event();
@@ -112,8 +121,11 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
         poll_cq_locked();
         update_shadows_locked();
         cv_.notify_all();
+        came();
         if (!(efd == sh_.rd_fd() && (p[0].revents & POLLIN) && !sh_.readable_set()))
             return 1;  // (the completion queue was just polled)
+    } else {
+        came();
     }
     // A stale wake-up of a level flag we are about to recompute: drain it.
     if (efd == sh_.rd_fd() && (p[0].revents & POLLIN))

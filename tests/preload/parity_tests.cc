@@ -374,7 +374,7 @@ Runs parity(const std::vector<std::string> &args, const std::string &expected)
     }
     testcommon::Env env_lib = testcommon::with_lib(env, kLib, "info", log);
     // TEST_PARITY_X sets the library run's RDMASOCK_X.
-    for (const char *x : {"PROBE_TIMEOUT_MS", "CONNECT_WAIT", "BUSY_POLL_US", "RING_KB"}) {
+    for (const char *x : {"PROBE_TIMEOUT_MS", "CONNECT_WAIT", "BUSY_POLL_US", "SPIN_US", "RING_KB"}) {
         std::string v = testcommon::env_or(("TEST_PARITY_" + std::string(x)).c_str(), "");
         if (!v.empty())
             testcommon::set_var(env_lib, "RDMASOCK_" + std::string(x), v);
