@@ -39,8 +39,8 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
     const bool have_cq = (ph == Phase::rdma || (ph == Phase::verifying && side_ == Side::server)) && link_.usable() &&
                          !ring_.frozen();
     // Busy-poll mode (RDMASOCK_BUSY_POLL_US): spin on the completion queue for a bounded
-    // time before sleeping.  By default the spin adapts (waits::AdaptiveSpin): it spins
-    // only while spins find data, so an idle connection uses no CPU.  The spin comes
+    // time before sleeping.  With RDMASOCK_SPIN_US the spin adapts (waits::AdaptiveSpin):
+    // it spins only while spins find data, so an idle connection uses no CPU.  The spin comes
     // before the socket's timeout is read (a system call the data often makes needless);
     // a timeout counts from the spin's start.
     const long fixed_us = rt::config().busy_poll_us, adaptive_us = rt::config().spin_us;
