@@ -170,11 +170,8 @@ int close_own(int fd) noexcept
 void disown_from(unsigned first) noexcept
 {
     unsigned n = 0;
-    for (unsigned from = first; next_owned(from, ~0u, &n); from = n + 1) {
+    for (unsigned from = first; next_owned(from, ~0u, &n); from = n + 1)  // (n < kOwnedMax)
         disown(static_cast<int>(n));
-        if (n == ~0u)
-            break;
-    }
 }
 
 bool next_owned(unsigned from, unsigned last, unsigned *n) noexcept
@@ -199,7 +196,8 @@ int close_range_but_own(unsigned first, unsigned last, int flags) noexcept
 {
     // (The system call: the C library's function may be a stub where it is older than the kernel.)
     auto close_range = [](unsigned lo, unsigned hi, int f) {
-        return static_cast<int>(RS_REAL(syscall)(SYS_close_range, static_cast<long>(lo), static_cast<long>(hi), static_cast<long>(f), 0L, 0L, 0L));
+        return static_cast<int>(
+            RS_REAL(syscall)(SYS_close_range, static_cast<long>(lo), static_cast<long>(hi), static_cast<long>(f), 0L, 0L, 0L));
     };
     if ((flags & CLOSE_RANGE_CLOEXEC) != 0 || first > last)
         return close_range(first, last, flags);
@@ -219,10 +217,12 @@ int close_range_but_own(unsigned first, unsigned last, int flags) noexcept
 int move_high(int fd) noexcept
 {
     const int floor = floor_fd();
-    if (fd >= 0 && floor >= 0 && fd >= floor)
-        own(fd);  // (the kernel gave it a high number already)
-    if (fd < 0 || floor < 0 || fd >= floor)
+    if (fd < 0 || floor < 0)
         return fd;
+    if (fd >= floor) {
+        own(fd);  // (the kernel gave it a high number already)
+        return fd;
+    }
     int saved = errno;
     int high = dup_high(fd);
     if (high >= 0)

@@ -44,9 +44,9 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
     // before the socket's timeout is read (a system call the data often makes needless);
     // a timeout counts from the spin's start.
     const long fixed_us = rt::config().busy_poll_us, adaptive_us = rt::config().spin_us;
+    const bool can_spin = have_cq && tcp_events == 0;
     waits::AdaptiveSpin *adapt =
-        have_cq && tcp_events == 0 && fixed_us == 0 && adaptive_us > 0 ? (efd == sh_.rd_fd() ? &rx_spin_ : &tx_spin_)
-                                                                       : nullptr;
+        can_spin && fixed_us == 0 && adaptive_us > 0 ? (efd == sh_.rd_fd() ? &rx_spin_ : &tx_spin_) : nullptr;
     auto ready = [&] { return efd == sh_.rd_fd() ? readable_locked() : writable_locked(); };
     // How long the data took, for the adaptive spin: from the spin's first clock reading
     // (after 16 polls: none is taken before), or from the sleep's start when it did not
@@ -60,7 +60,7 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
                                         .count(),
                               adaptive_us);
     };
-    const long spin_us = !(have_cq && tcp_events == 0) ? 0 : adapt != nullptr ? adapt->budget_us(adaptive_us) : fixed_us;
+    const long spin_us = !can_spin ? 0 : adapt != nullptr ? adapt->budget_us(adaptive_us) : fixed_us;
     waits::Clock::time_point spun_from{};
     if (spin_us > 0) {
         const bool found = waits::spin(
@@ -113,7 +113,8 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
         return sliced ? 0 : -EAGAIN;  // a slice ended: the caller looks again
     if (r < 0)
         return r;
-    if (have_cq && (p[1].revents & POLLIN)) {
+    const bool completion = have_cq && (p[1].revents & POLLIN);
+    if (completion) {
         // One event per arming: one read (another one pending keeps the fd readable).
         link_.ack_event();
         poll_cq_locked();
@@ -121,12 +122,10 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
         poll_cq_locked();
         update_shadows_locked();
         cv_.notify_all();
-        came();
-        if (!(efd == sh_.rd_fd() && (p[0].revents & POLLIN) && !sh_.readable_set()))
-            return 1;  // (the completion queue was just polled)
-    } else {
-        came();
     }
+    came();  // (after the completions are taken in: whether the data is there)
+    if (completion && !(efd == sh_.rd_fd() && (p[0].revents & POLLIN) && !sh_.readable_set()))
+        return 1;  // (the completion queue was just polled)
     // A stale wake-up of a level flag we are about to recompute: drain it.
     if (efd == sh_.rd_fd() && (p[0].revents & POLLIN))
         sh_.drain_stale();

@@ -59,8 +59,8 @@ bool spin(std::unique_lock<std::mutex> &lk, long budget_us, Ready ready, Clock::
 
 // The adaptive spin (RDMASOCK_SPIN_US > 0 without RDMASOCK_BUSY_POLL_US; off by default:
 // in the VM a connection that kept spinning starved other takers of its lock, a fork's
-// handlers for about a second each): whether a connection's next blocking wait spins before it
-// sleeps.  Two moving averages: how long each wait's data took (after a spin or a
+// handlers for about a second each): whether a connection's next blocking wait spins
+// before it sleeps.  Two moving averages: how long each wait's data took (after a spin or a
 // sleep; the last one a quarter, each clipped to 8 spins), and how many spins found
 // their data (the last one an eighth).  A wait spins when the last spin found its data,
 // or when the data has been coming within 4 spins and at least one spin in 4 has found
