@@ -5,7 +5,7 @@
 # the soft-RoCE VM (tests/vm/run --nordma-ns), where a skip or any failure fails.
 # Paths are relative to the top directory (included from Makefile.am).
 
-check_PROGRAMS += tests/offload/peer tests/offload/kvclient tests/offload/churn tests/offload/soak tests/offload/offload_tests
+check_PROGRAMS += tests/offload/peer tests/offload/kvclient tests/offload/churn tests/offload/idle tests/offload/soak tests/offload/offload_tests
 TESTS += tests/offload/offload_tests
 
 # The program under test: plain C++, no Boost; it runs with and without the library.
@@ -18,6 +18,10 @@ tests_offload_kvclient_LDADD = -lpthread
 # One process, both ends of short connections at a descriptor limit (scale/short_connections).
 tests_offload_churn_SOURCES = tests/offload/churn.cc
 tests_offload_churn_LDADD = tests/common/libtestcommon.a
+# An event-loop server and its client, idle with many connections (scale/idle_cpu).
+tests_offload_idle_SOURCES = tests/offload/idle.cc
+tests_offload_idle_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
+tests_offload_idle_LDADD = tests/common/libtestcommon.a
 # A long-lived server under random clients (soak/bounded).
 tests_offload_soak_SOURCES = tests/offload/soak.cc
 tests_offload_soak_LDADD = tests/common/libtestcommon.a -lpthread
@@ -28,6 +32,7 @@ tests_offload_offload_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TE
 	-DOFFLOAD_PEER='"$(abs_top_builddir)/tests/offload/peer$(EXEEXT)"' \
 	-DOFFLOAD_KVCLIENT='"$(abs_top_builddir)/tests/offload/kvclient$(EXEEXT)"' \
 	-DOFFLOAD_CHURN='"$(abs_top_builddir)/tests/offload/churn$(EXEEXT)"' \
+	-DOFFLOAD_IDLE='"$(abs_top_builddir)/tests/offload/idle$(EXEEXT)"' \
 	-DOFFLOAD_SOAK='"$(abs_top_builddir)/tests/offload/soak$(EXEEXT)"' \
 	-DOFFLOAD_TOOL='"$(abs_top_builddir)/tools/rdmasock$(EXEEXT)"' \
 	-DOFFLOAD_IPERF_SCRIPT='"$(abs_top_srcdir)/tools/rdmasock-iperf"' \
@@ -35,7 +40,7 @@ tests_offload_offload_tests_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DBOOST_TE
 tests_offload_offload_tests_LDADD = tests/common/libtestcommon.a $(BOOST_TEST_LIBS) -lpthread
 # The tests run the preload library and the peer.
 EXTRA_tests_offload_offload_tests_DEPENDENCIES = librdmasock.la librdmasock_engine.la tests/offload/peer$(EXEEXT) tests/offload/kvclient$(EXEEXT) \
-	tests/offload/churn$(EXEEXT) tests/offload/soak$(EXEEXT) tests/offload/empty_preload.so
+	tests/offload/churn$(EXEEXT) tests/offload/idle$(EXEEXT) tests/offload/soak$(EXEEXT) tests/offload/empty_preload.so
 
 # An empty library to preload: the floor of system/start_cost.
 tests/offload/empty_preload.so: $(srcdir)/tests/offload/empty_preload.cc
