@@ -122,7 +122,6 @@ bool Conn::start_fallback_locked(const char *why) noexcept
     }
     update_shadows_locked(true);
     sh_.wake();
-    cv_.notify_all();
     return true;
 }
 
@@ -142,7 +141,6 @@ bool Conn::await_peer_fallback_locked() noexcept
     peer_fell_back_locked();  // (it may be there already)
     update_shadows_locked(true);
     sh_.wake();
-    cv_.notify_all();
     return true;
 }
 
@@ -266,7 +264,7 @@ void Conn::leave_start(Leaving how) noexcept
 {
     if (handed_off() || inherited_.load(std::memory_order_acquire))
         return;
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     poll_cq_locked();
     if (!leave_can_start_locked())
         return;  // (leave() sees to it)
@@ -278,7 +276,7 @@ void Conn::leave(Clock::time_point until, Leaving how) noexcept
 {
     if (handed_off() || inherited_.load(std::memory_order_acquire))
         return;  // (a fork child's copy: the parent's; or an accepted one another process may negotiate)
-    std::unique_lock<std::mutex> lk(mu_);
+    std::unique_lock<util::WaitedMutex> lk(mu_);
     if (closed_)
         return;
     // Each wait: outside the lock, on the TCP socket and (while it is read) the
@@ -579,7 +577,7 @@ void Conn::on_completion_event() noexcept
     bool unwatch = false;
     {
         // (Under the lock: the device's removal may release the queue meanwhile.)
-        std::lock_guard<std::mutex> lk(mu_);
+        std::lock_guard<util::WaitedMutex> lk(mu_);
         if (!link_.usable())
             return;
         link_.ack_events();
@@ -587,7 +585,6 @@ void Conn::on_completion_event() noexcept
         link_.arm();
         poll_cq_locked();
         update_shadows_locked();
-        cv_.notify_all();
         // Nothing held back any more: the watch for it ends (a retired connection's
         // watch is the engine's, for the peer's FIN).
         if (!closed_ && !ring_.holding() && coalescing_watched_.load(std::memory_order_relaxed)) {
@@ -612,7 +609,7 @@ unsigned Conn::peer_tcp_events_locked(unsigned events) const noexcept
 
 void Conn::on_tcp_event(unsigned events) noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (closed_)
         return;
     events = peer_tcp_events_locked(events);
@@ -705,7 +702,7 @@ void Conn::start_grace_locked() noexcept
 
 bool Conn::on_timer(Clock::time_point now) noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (side_ == Side::client && sw_.phase() == Phase::maybe && sw_.established() && !sw_.proof_verified() &&
         sw_.deferred_tcp() == Reason::none && !closed_) {
         // The server's PROOF must come before the client's time to switch is out.
@@ -783,7 +780,7 @@ void Conn::shadow_users(int delta) noexcept
 
 void Conn::sync_shadows() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     poll_cq_locked();
     update_shadows_locked(true);
 }
@@ -817,7 +814,7 @@ void Conn::update_shadows_locked(bool force) noexcept
 
 unsigned Conn::poll_mask(int) noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (sw_.phase() != Phase::rdma) {
         pollfd pf{tcp_fd_, POLLIN | POLLOUT | POLLRDHUP, 0};
         return RS_REAL(poll)(&pf, 1, 0) > 0 ? static_cast<unsigned>(pf.revents) : 0;

@@ -31,7 +31,7 @@ bool Conn::spin_before_flag_check(int flags) const noexcept
            nb_seen_.load(std::memory_order_relaxed) == 0;
 }
 
-int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::unique_lock<std::mutex> &lk,
+int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::unique_lock<util::WaitedMutex> &lk,
                Deadline &dl, bool check_nonblocking) noexcept
 {
     // A server waiting for the client's SWITCH sleeps on its completions too.
@@ -44,7 +44,11 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
     // before the socket's timeout is read (a system call the data often makes needless);
     // a timeout counts from the spin's start.
     const long fixed_us = rt::config().busy_poll_us, adaptive_us = rt::config().spin_us;
-    const bool can_spin = have_cq && tcp_events == 0;
+    // Only on RDMA: before the switch the predicate can hold while the call cannot go on
+    // (a server gated until the client's SWITCH has its ring readable), and a spin that
+    // finds it at once would go round with the lock never given up (the parity fork storm
+    // with 8 KiB rings: a fork waited up to 14 s for a server connection's lock).
+    const bool can_spin = have_cq && tcp_events == 0 && ph == Phase::rdma;
     waits::AdaptiveSpin *adapt =
         can_spin && fixed_us == 0 && adaptive_us > 0 ? (efd == sh_.rd_fd() ? &rx_spin_ : &tx_spin_) : nullptr;
     auto ready = [&] { return efd == sh_.rd_fd() ? readable_locked() : writable_locked(); };
@@ -60,7 +64,10 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
                                         .count(),
                               adaptive_us);
     };
-    const long spin_us = !can_spin ? 0 : adapt != nullptr ? adapt->budget_us(adaptive_us) : fixed_us;
+    // Nor when the predicate holds already: the caller waits for something else (a send
+    // that has sent part of its bytes when the peer's FIN came, its ring full), and a
+    // spin would end at once every time, the sleep's socket timeout never read.
+    const long spin_us = !can_spin || ready() ? 0 : adapt != nullptr ? adapt->budget_us(adaptive_us) : fixed_us;
     waits::Clock::time_point spun_from{};
     if (spin_us > 0) {
         const bool found = waits::spin(
@@ -121,7 +128,6 @@ int Conn::wait(int efd, short events, short tcp_events, bool for_send, std::uniq
         link_.arm();
         poll_cq_locked();
         update_shadows_locked();
-        cv_.notify_all();
     }
     came();  // (after the completions are taken in: whether the data is there)
     if (completion && !(efd == sh_.rd_fd() && (p[0].revents & POLLIN) && !sh_.readable_set()))
@@ -159,7 +165,7 @@ ssize_t Conn::presw_recv_locked(msghdr *msg, size_t done, size_t total, uint64_t
     return r;
 }
 
-ssize_t Conn::recv_presw_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr *msg, int flags, size_t total,
+ssize_t Conn::recv_presw_locked(std::unique_lock<util::WaitedMutex> &lk, int fd, msghdr *msg, int flags, size_t total,
                                 size_t &done, Deadline &dl) noexcept
 {
     const bool waitall = (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
@@ -239,7 +245,7 @@ ssize_t Conn::recv_presw_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr
     return kLookAgain;
 }
 
-ssize_t Conn::recv_prefix_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, int flags, size_t total,
+ssize_t Conn::recv_prefix_locked(std::unique_lock<util::WaitedMutex> &lk, msghdr *msg, int flags, size_t total,
                                  size_t &done, Deadline &dl) noexcept
 {
     // Bytes the server sent on TCP before it switched come first, into the program's
@@ -315,7 +321,7 @@ ssize_t Conn::recv_prefix_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, 
     return kLookAgain;
 }
 
-ssize_t Conn::recv_fallback_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr *msg, int flags, size_t total,
+ssize_t Conn::recv_fallback_locked(std::unique_lock<util::WaitedMutex> &lk, int fd, msghdr *msg, int flags, size_t total,
                                    size_t done, Deadline &dl) noexcept
 {
     const RingPath::Status &st = ring_.st;
@@ -355,7 +361,7 @@ ssize_t Conn::recv_fallback_locked(std::unique_lock<std::mutex> &lk, int fd, msg
 ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
 {
     sig::clear_last();  // a handler that runs from here on interrupts the call's waits
-    std::unique_lock<std::mutex> lk(mu_);
+    std::unique_lock<util::WaitedMutex> lk(mu_);
     Deadline dl;
     bool lowat_gave_up = false;
     bool just_polled = false;  // wait() polled the completion queue as it returned
@@ -454,7 +460,7 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
 
 /* ---- send ------------------------------------------------------------------------------- */
 
-ssize_t Conn::send_presw_locked(std::unique_lock<std::mutex> &lk, int fd, const msghdr *msg, int flags,
+ssize_t Conn::send_presw_locked(std::unique_lock<util::WaitedMutex> &lk, int fd, const msghdr *msg, int flags,
                                 Deadline &dl) noexcept
 {
     if ((flags & MSG_OOB) && sw_.phase() == Phase::maybe && sw_.deferred_tcp() == Reason::none) {
@@ -496,7 +502,7 @@ ssize_t Conn::send_presw_locked(std::unique_lock<std::mutex> &lk, int fd, const 
     return w < 0 ? w : kLookAgain;
 }
 
-ssize_t Conn::hold_for_proof_locked(std::unique_lock<std::mutex> &lk, int flags, Deadline &dl) noexcept
+ssize_t Conn::hold_for_proof_locked(std::unique_lock<util::WaitedMutex> &lk, int flags, Deadline &dl) noexcept
 {
     if (side_ != Side::server || !sw_.frame_pending())
         return 0;
@@ -526,7 +532,7 @@ ssize_t Conn::hold_for_proof_locked(std::unique_lock<std::mutex> &lk, int flags,
     return kLookAgain;
 }
 
-void Conn::finish_proof_locked(std::unique_lock<std::mutex> &lk) noexcept
+void Conn::finish_proof_locked(std::unique_lock<util::WaitedMutex> &lk) noexcept
 {
     if (side_ != Side::server || !sw_.frame_pending())
         return;
@@ -561,7 +567,7 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
         }
     } watch_after;
     sig::clear_last();  // a handler that runs from here on interrupts the call's waits
-    std::unique_lock<std::mutex> lk(mu_);
+    std::unique_lock<util::WaitedMutex> lk(mu_);
     Deadline dl;
     const size_t total = iov::total(msg);
     size_t done = 0;
@@ -654,7 +660,7 @@ ssize_t Conn::sendmsg(int fd, const msghdr *msg, int flags) noexcept
     }
 }
 
-ssize_t Conn::send_fallback_locked(std::unique_lock<std::mutex> &lk, int fd, const msghdr *msg, int flags,
+ssize_t Conn::send_fallback_locked(std::unique_lock<util::WaitedMutex> &lk, int fd, const msghdr *msg, int flags,
                                    size_t done, Deadline &dl) noexcept
 {
     const RingPath::Status &st = ring_.st;
@@ -697,7 +703,7 @@ int Conn::urgent_inline() noexcept
     // Urgent bytes in-band would stand in the TCP stream while the rest of the bytes
     // come through the ring, and nothing tells where among them: the ring cannot place
     // them.
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     switch (sw_.phase()) {
     case Phase::maybe:
         decide_tcp_locked(Reason::urgent_data);
@@ -751,14 +757,14 @@ ssize_t Conn::send_urgent(int fd, const msghdr *msg, size_t total, int flags) no
     ssize_t r = RS_REAL(send)(fd, &last, 1, flags);
     if (r < 0)
         return head > 0 ? head : -errno;
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     count_sent(1);
     return head + 1;
 }
 
 int Conn::shutdown(int fd, int how) noexcept
 {
-    std::unique_lock<std::mutex> lk(mu_);
+    std::unique_lock<util::WaitedMutex> lk(mu_);
     // Reading shut down before the switch: recorded first, so that nothing decided below
     // lets a held FIN go out ahead of the negotiation's last bytes.
     if ((how == SHUT_RD || how == SHUT_RDWR) && sw_.phase() != Phase::rdma)
@@ -846,7 +852,7 @@ int Conn::shutdown(int fd, int how) noexcept
 
 int Conn::bytes_readable() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     poll_cq_locked();
     // The server's bytes from before its switch, still on the TCP socket, come first.
     uint64_t n = ring_.avail() + tcp_prefix_bytes_locked();
@@ -861,7 +867,7 @@ int Conn::bytes_readable() noexcept
 
 int Conn::bytes_unacked() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     poll_cq_locked();
     uint64_t n = ring_.unacked();
     if (fb_.active()) {
@@ -876,12 +882,12 @@ Counters Conn::counters(int fd) noexcept
     if (sw_.phase() == Phase::tcp) {
         // (The kernel counts a PROOF in the stream; the program never saw it.)
         Counters k = kernel_tcp().counters(fd);
-        std::lock_guard<std::mutex> lk(mu_);
+        std::lock_guard<util::WaitedMutex> lk(mu_);
         uint64_t &n = side_ == Side::client ? k.bytes_received : k.bytes_sent;
         n -= n < sw_.proof_bytes() ? n : sw_.proof_bytes();
         return k;
     }
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     return counters_;
 }
 

@@ -33,7 +33,7 @@ int socket_rcvlowat(int fd) noexcept
 
 Reason Conn::client_established(Clock::time_point switch_by) noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (closed_ || sw_.phase() != Phase::maybe)
         return Reason::not_connected;
     // Whoever accepted the RDMA connection knows the nonce, but only the TCP peer can
@@ -138,7 +138,7 @@ int Conn::client_switch_locked() noexcept
 
 void Conn::client_failed(Reason why) noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (sw_.phase() != Phase::maybe)
         return;
     if (!closed_)
@@ -150,7 +150,7 @@ void Conn::client_failed(Reason why) noexcept
 
 bool Conn::begin_verify(const neg::Nonce &n) noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     // (A program that shut down writing can no longer put a PROOF into its stream.)
     if (closed_ || refusing_ || sw_.phase() != Phase::maybe || sw_.tcp_shut_wr())
         return false;
@@ -166,7 +166,7 @@ bool Conn::begin_verify(const neg::Nonce &n) noexcept
 
 void Conn::server_established() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     sh_.wake();  // wake waiters: the SWITCH can now arrive
     if (closed_ || sw_.phase() != Phase::verifying || sw_.frame_pending())
         return;
@@ -191,13 +191,13 @@ void Conn::server_established() noexcept
 
 void Conn::abandon_rdma() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     abandon_locked("the RDMA path failed");
 }
 
 std::shared_ptr<rdma::CmId> Conn::on_device_removal() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (link_.dead())
         return nullptr;  // (a fork child's copy: the parent's)
     RS_DEBUG("connection fd=%d: its RDMA device is being removed", shown_fd());
@@ -224,13 +224,12 @@ std::shared_ptr<rdma::CmId> Conn::on_device_removal() noexcept
     std::shared_ptr<rdma::CmId> id = link_.release_device();
     update_shadows_locked(true);
     sh_.wake();
-    cv_.notify_all();
     return id;
 }
 
 bool Conn::on_device(const ibv_context *ctx) const noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (link_.dead())
         return false;
     const rdma::CmId *id = link_.cm_id();
@@ -273,14 +272,14 @@ void Conn::abandon_locked(const char *why) noexcept
 void Conn::note_declined(Reason why) noexcept
 {
     sw_.set_declined(why);
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (side_ == Side::server && sw_.phase() == Phase::maybe && !closed_)
         decide_tcp_locked(why);
 }
 
 bool Conn::note_passed() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (side_ != Side::server || closed_ || sw_.phase() != Phase::maybe)
         return false;
     decide_tcp_locked(Reason::passed);
@@ -289,7 +288,7 @@ bool Conn::note_passed() noexcept
 
 void Conn::note_late_request() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (side_ == Side::server && sw_.phase() == Phase::tcp && !closed_ && sock_ != nullptr &&
         sock_->reason.load(std::memory_order_relaxed) == Reason::peer_no_rdmasock)
         sock_->reason.store(Reason::timeout, std::memory_order_relaxed);
@@ -297,7 +296,7 @@ void Conn::note_late_request() noexcept
 
 void Conn::note_closing() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (side_ != Side::server || sock_ == nullptr)
         return;
     if (sw_.phase() == Phase::maybe) {
@@ -310,13 +309,13 @@ void Conn::note_closing() noexcept
 
 void Conn::refuse_requests() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     refusing_ = true;
 }
 
 bool Conn::refusing() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     return refusing_;
 }
 
@@ -349,7 +348,7 @@ int Conn::presw_step_locked() noexcept
 
 int Conn::presw_gated(bool polled_in) noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     const bool proof_ahead = side_ == Side::client && sw_.proof_ahead();
     if (sw_.phase() == Phase::rdma || presw_step_locked() > 0)
         return -1;

@@ -35,7 +35,7 @@ Reason Conn::create_resources(std::shared_ptr<rdma::CmId> id, unsigned ring_log2
     {
         // The link and the ring change under mu_: the program's threads read them there
         // (a fork or a close deciding TCP, a poll reading the queues).
-        std::lock_guard<std::mutex> lk(mu_);
+        std::lock_guard<util::WaitedMutex> lk(mu_);
         link_.set_id(std::move(id));
     }
     if (!ctx)
@@ -43,7 +43,7 @@ Reason Conn::create_resources(std::shared_ptr<rdma::CmId> id, unsigned ring_log2
     kits::Kit k;
     if (Reason r = kits::obtain(ctx, ring_log2, Link::cq_entries(), k); r != Reason::none)
         return r;
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     // A client decided TCP meanwhile (a fork: decide_tcp_locked found no queue pair to
     // stop) must not go on: a queue pair would take the server's PROOF_AT, and the server
     // would then write its PROOF into a stream that now belongs to the program.
@@ -62,7 +62,7 @@ Reason Conn::set_peer_ring(const neg::RingInfo &r) noexcept { return ring_.set_p
 
 Reason Conn::post_initial_receives() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (link_.post_recvs(Link::kRecvDepth) != 0 || link_.arm() != 0)
         return Reason::resource;
     cq_ready_ = true;
@@ -71,7 +71,7 @@ Reason Conn::post_initial_receives() noexcept
 
 std::shared_ptr<rdma::CmId> Conn::release_client_rdma() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (sw_.phase() == Phase::rdma)
         return {};
     cq_ready_ = false;
@@ -80,7 +80,7 @@ std::shared_ptr<rdma::CmId> Conn::release_client_rdma() noexcept
 
 std::shared_ptr<rdma::CmId> Conn::restart_client_rdma() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (side_ != Side::client || sw_.phase() != Phase::maybe || closed_)
         return {};
     auto id = link_.cm_id_ref();
@@ -92,7 +92,7 @@ std::shared_ptr<rdma::CmId> Conn::restart_client_rdma() noexcept
 
 void Conn::before_fork() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     // A negotiating client counts its TCP bytes, and so does a server that has used its
     // connection (it may be switching): the child would move bytes behind that count.
     // Both processes keep such a connection on TCP.  (A server connection nobody used
@@ -121,7 +121,7 @@ bool Conn::shared_at_fork_locked() const noexcept
 
 void Conn::after_fork_parent(pid_t child) noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (side_ == Side::server && sw_.phase() == Phase::maybe && !sw_.interested() && !closed_ && child > 0)
         forked_unused_.store(true, std::memory_order_release);
     if (share())  // (also one closed meanwhile: its slot is freed once the child is gone)
@@ -236,7 +236,7 @@ void Conn::settle_copies() noexcept
         // The kernel socket carries the stream alone: decided for TCP, or fallen back
         // with our frame and backlog out, the peer's frame in, the ring read out; or the
         // peer ended it and nothing of its is unread.
-        std::lock_guard<std::mutex> lk(mu_);
+        std::lock_guard<util::WaitedMutex> lk(mu_);
         const bool done = fb_.active() ? fb_.out_done() && fb_.in_done() && ring_.avail() == 0
                                        : !awaiting_ && ring_.st.peer_closed && ring_.avail() == 0;
         clean = !ring_.st.broken() && !closed_ && (sw_.phase() == Phase::tcp || (sw_.phase() == Phase::rdma && done));
@@ -258,7 +258,7 @@ bool Conn::continue_on(int keep) noexcept
 
 bool Conn::adopt_duplicate(int keep, int &from) noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (closed_)
         return false;
     from = tcp_fd_;
@@ -285,20 +285,20 @@ bool Conn::adopt_duplicate(int keep, int &from) noexcept
 void Conn::renumber(int from, int to) noexcept
 {
     up_.move_tcp_watch(*this, from, to);  // (before the lock: the engine's comes first)
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     if (!closed_ && tcp_fd_ == from)
         tcp_fd_ = to;
 }
 
 bool Conn::tcp_out_watched() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     return sw_.frame_out_watched() || fb_out_watched_;
 }
 
 void Conn::mark_closed() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     closed_ = true;
     // The number may be reused at once (by a connection of its own, whose epoll
     // registrations and bytes an act by number would take): no call through it again.
@@ -321,7 +321,7 @@ void Conn::mark_closed() noexcept
 
 void Conn::release_shadows() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     release_shadows_locked();
 }
 
@@ -335,7 +335,7 @@ void Conn::release_shadows_locked() noexcept
 
 void Conn::enter_pending() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     sw_.enter_pending();
 }
 
@@ -343,8 +343,7 @@ void Conn::after_fork_child() noexcept
 {
     // The parent's queue pair and rings are not usable here; another thread may have
     // held the lock at fork time.
-    new (&mu_) std::mutex();
-    new (&cv_) std::condition_variable();
+    new (&mu_) util::WaitedMutex();
     new (&watch_mu_) std::mutex();
     link_.mark_dead();  // the verbs objects are still the parent's
     if (side_ == Side::server && sw_.phase() == Phase::maybe && !sw_.interested()) {
@@ -393,7 +392,7 @@ bool Conn::close_connection(bool abortive, int linger_s, bool exiting) noexcept
     // last close.)
     if (share() && copies::held(share()))
         hand_to_copies(Clock::now() + std::chrono::milliseconds(rt::config().fallback_wait_ms));
-    std::unique_lock<std::mutex> lk(mu_);
+    std::unique_lock<util::WaitedMutex> lk(mu_);
     if (side_ == Side::client && sw_.phase() == Phase::maybe && !closed_) {
         // A negotiating client stays on TCP (closed_early): its queue pair stops, and a
         // PROOF_AT that got in before means a PROOF in the stream.  Unread, it would make
@@ -582,7 +581,7 @@ bool Conn::start_drain(int fd) noexcept
     }
     struct stat st{};
     ::fstat(d, &st);
-    std::unique_lock<std::mutex> lk(mu_);
+    std::unique_lock<util::WaitedMutex> lk(mu_);
     if (drain_fd_ >= 0 || closed_) {
         // (Another thread's close or exit of the same connection made one first.)
         lk.unlock();
@@ -640,7 +639,7 @@ int Conn::verify_closed_locked(Clock::time_point now) noexcept
 
 bool Conn::draining(Clock::time_point now, int &to_close) noexcept
 {
-    std::unique_lock<std::mutex> lk(mu_);
+    std::unique_lock<util::WaitedMutex> lk(mu_);
     if (drain_fd_ < 0)
         return false;
     link_.ack_events();
@@ -709,7 +708,7 @@ void Conn::drop_drains_in_child() noexcept
 void Conn::destroy() noexcept
 {
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        std::lock_guard<util::WaitedMutex> lk(mu_);
         released_ = true;
     }
     up_.retire(*this);
@@ -717,19 +716,19 @@ void Conn::destroy() noexcept
 
 bool Conn::take_counted() noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     return std::exchange(counted_, false);
 }
 
 Reason Conn::socket_reason() const noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     return sock_ != nullptr ? sock_->reason.load(std::memory_order_relaxed) : Reason::none;
 }
 
 void Conn::link_name(char *buf, size_t n) const noexcept
 {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<util::WaitedMutex> lk(mu_);
     link_.describe(buf, n);
 }
 

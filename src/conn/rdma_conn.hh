@@ -15,12 +15,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <mutex>
 
+#include "base/mutex.hh"
 #include "base/reason.hh"
 #include "conn/fallback.hh"
 #include "conn/link.hh"
@@ -71,14 +71,14 @@ public:
     // until the server's PROOF is out of the stream).
     bool decided() const noexcept
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        std::lock_guard<util::WaitedMutex> lk(mu_);
         return sw_.phase() == Phase::rdma || sw_.phase() == Phase::tcp || sw_.deferred_tcp() != Reason::none;
     }
     // Server: the program shut down writing (a request for the connection can no longer
     // be proved in its stream).
     bool write_shut() const noexcept
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        std::lock_guard<util::WaitedMutex> lk(mu_);
         return sw_.tcp_shut_wr();
     }
     // Client: the server's PROOF has not come (for `d` since its PROOF_AT) behind bytes
@@ -86,7 +86,7 @@ public:
     // server's socket buffer full of them).
     bool proof_behind_bytes(std::chrono::steady_clock::duration d) const noexcept
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        std::lock_guard<util::WaitedMutex> lk(mu_);
         return sw_.phase() == Phase::maybe && sw_.proof_behind_bytes(Clock::now(), d);
     }
     // Client: the negotiation ended without RDMA (the socket stays on TCP with `why`).
@@ -356,13 +356,13 @@ public:
     // current by whoever handles a completion), or stops doing so.
     void begin_wait() noexcept
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        std::lock_guard<util::WaitedMutex> lk(mu_);
         sh_.sleep_begin();
         update_shadows_locked(true);
     }
     void end_wait() noexcept
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        std::lock_guard<util::WaitedMutex> lk(mu_);
         sh_.sleep_end();
     }
     int wr_fd() const noexcept { return sh_.wr_fd(); }
@@ -404,10 +404,10 @@ private:
     // Server: the program's bytes wait while the PROOF is due (its PROOF_AT in flight,
     // or part of it still to write).  kLookAgain when it waited, 0 when nothing is due,
     // or the call's error.
-    ssize_t hold_for_proof_locked(std::unique_lock<std::mutex> &lk, int flags, Deadline &dl) noexcept;
+    ssize_t hold_for_proof_locked(std::unique_lock<util::WaitedMutex> &lk, int flags, Deadline &dl) noexcept;
     // Server: the PROOF due goes into the stream before the end of it (shutdown, close),
     // waited for (bounded); never written, the connection is TCP (closed_early).
-    void finish_proof_locked(std::unique_lock<std::mutex> &lk) noexcept;
+    void finish_proof_locked(std::unique_lock<util::WaitedMutex> &lk) noexcept;
     // Server: the program's shutdown(SHUT_WR) that waited for the PROOF (shut_held_)
     // reaches the TCP socket now.
     void release_shutdown_locked() noexcept;
@@ -484,9 +484,9 @@ private:
     // The program's calls in fallback, once the ring's residue is read: the call's
     // result, kLookAgain, or kNotHere (the connection is reset or shut: the RDMA path's
     // answers apply).
-    ssize_t recv_fallback_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr *msg, int flags, size_t total,
+    ssize_t recv_fallback_locked(std::unique_lock<util::WaitedMutex> &lk, int fd, msghdr *msg, int flags, size_t total,
                                  size_t done, Deadline &dl) noexcept;
-    ssize_t send_fallback_locked(std::unique_lock<std::mutex> &lk, int fd, const msghdr *msg, int flags,
+    ssize_t send_fallback_locked(std::unique_lock<util::WaitedMutex> &lk, int fd, const msghdr *msg, int flags,
                                  size_t done, Deadline &dl) noexcept;
     // --- readiness (conn_events.cc) ---
     void update_shadows_locked(bool force = false) noexcept;
@@ -499,11 +499,11 @@ private:
     // --- calls (conn_io.cc) ---
     // Before the switch: recvmsg from the TCP socket, counted and gated.  Returns the
     // call's result, or kLookAgain.
-    ssize_t recv_presw_locked(std::unique_lock<std::mutex> &lk, int fd, msghdr *msg, int flags, size_t total,
+    ssize_t recv_presw_locked(std::unique_lock<util::WaitedMutex> &lk, int fd, msghdr *msg, int flags, size_t total,
                               size_t &done, Deadline &dl) noexcept;
     // Client, on RDMA: the server's bytes from before its switch, on the TCP socket, come
     // first.  Returns the call's result, or kLookAgain, or kNotHere (they are all read).
-    ssize_t recv_prefix_locked(std::unique_lock<std::mutex> &lk, msghdr *msg, int flags, size_t total,
+    ssize_t recv_prefix_locked(std::unique_lock<util::WaitedMutex> &lk, msghdr *msg, int flags, size_t total,
                                size_t &done, Deadline &dl) noexcept;
     // Up to `room` bytes from the receive ring into `msg` at `at` (counted unless `peek`).
     size_t take_ring_locked(msghdr *msg, size_t at, size_t room, bool peek) noexcept;
@@ -511,7 +511,7 @@ private:
     ssize_t presw_recv_locked(msghdr *msg, size_t done, size_t total, uint64_t limit, int flags) noexcept;
     // Before the switch: sendmsg on the TCP socket, counted.  The call's result, or
     // kLookAgain.
-    ssize_t send_presw_locked(std::unique_lock<std::mutex> &lk, int fd, const msghdr *msg, int flags,
+    ssize_t send_presw_locked(std::unique_lock<util::WaitedMutex> &lk, int fd, const msghdr *msg, int flags,
                               Deadline &dl) noexcept;
     static constexpr ssize_t kLookAgain = std::numeric_limits<ssize_t>::min();
     static constexpr ssize_t kNotHere = std::numeric_limits<ssize_t>::min() + 1;
@@ -521,7 +521,7 @@ private:
     // Returns < 0 (-errno: timeout, signal), 0 (look again), or 1 (look again: the
     // completion queue has just been polled).  check_nonblocking: the caller skipped its
     // O_NONBLOCK check (spin_before_flag_check); it is made after the spin.
-    int wait(int efd, short events, short tcp_events, bool for_send, std::unique_lock<std::mutex> &lk,
+    int wait(int efd, short events, short tcp_events, bool for_send, std::unique_lock<util::WaitedMutex> &lk,
              Deadline &dl, bool check_nonblocking = false) noexcept;
     bool nonblocking() const noexcept;
     // Whether a blocking call may skip reading O_NONBLOCK before its busy-poll spin: the
@@ -556,8 +556,7 @@ private:
     std::atomic<bool> parent_copy_{false};    // after_fork_child() of a connection with RDMA bound
     std::atomic<bool> adoptable_{false};
     std::weak_ptr<Conn> self_;
-    mutable std::mutex mu_;
-    std::condition_variable cv_;  // send completions (close waits for its FIN)
+    mutable util::WaitedMutex mu_;
 
     Link link_;
     RingPath ring_{link_};

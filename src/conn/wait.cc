@@ -42,7 +42,7 @@ int sleep_limit(int fd, bool for_send, Deadline &dl, Clock::time_point from, boo
     return static_cast<int>((left + 999) / 1000);
 }
 
-int sleep(std::unique_lock<std::mutex> &lk, pollfd *fds, nfds_t n, int tmo, bool has_timeout) noexcept
+int sleep(std::unique_lock<util::WaitedMutex> &lk, pollfd *fds, nfds_t n, int tmo, bool has_timeout) noexcept
 {
     lk.unlock();
     // A handler that ran since the call began (between two waits, outside any poll)

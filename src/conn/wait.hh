@@ -7,8 +7,10 @@
 
 #include <chrono>
 #include <climits>
-#include <mutex>
 #include <poll.h>
+#include <sched.h>
+
+#include "base/mutex.hh"
 
 namespace rdmasock::waits {
 
@@ -30,21 +32,35 @@ struct Deadline {
 };
 
 // Spin (busy-poll mode): `ready()` with `lk` held, again and again, for `budget_us`
-// microseconds; `lk` is released between two.  True as soon as it returns true.  The
+// microseconds; `lk` is released between two, and given up to any thread waiting for
+// it (which takes it before the spin goes on).  True as soon as it returns true.  The
 // clock is read once in 16 polls, the first time after 16 (where it is no vDSO read,
 // e.g. an HPET clock source, each read is a system call that would delay seeing the
 // data; the spin is longer than the budget by those 16 polls); *from is that first
 // reading (the epoch when the spin ended before it).
 template <class Ready>
-bool spin(std::unique_lock<std::mutex> &lk, long budget_us, Ready ready, Clock::time_point *from) noexcept
+bool spin(std::unique_lock<util::WaitedMutex> &lk, long budget_us, Ready ready, Clock::time_point *from) noexcept
 {
     Clock::time_point end{};
-    for (unsigned i = 1;; ++i) {
-        if (ready())
-            return true;
+    // (Until the waiter has it, which may need this CPU to run, a bounded number of
+    // yields: a waiter of a lower real-time priority than this thread on its CPU never
+    // gets it from a yield.  Then lock() queues behind it.)
+    auto give_way = [&lk] {
         lk.unlock();
         __builtin_ia32_pause();
+        for (int i = 0; i < 64 && lk.mutex()->wanted(); ++i)
+            sched_yield();
         lk.lock();
+    };
+    for (unsigned i = 1;; ++i) {
+        if (ready()) {
+            // (Found at once, the caller may come back at once: it never keeps a
+            // waiter out either.)
+            if (lk.mutex()->wanted())
+                give_way();
+            return true;
+        }
+        give_way();
         if (i % 16 == 0) {
             const auto now = Clock::now();
             if (i == 16) {
@@ -57,10 +73,8 @@ bool spin(std::unique_lock<std::mutex> &lk, long budget_us, Ready ready, Clock::
     }
 }
 
-// The adaptive spin (RDMASOCK_SPIN_US > 0 without RDMASOCK_BUSY_POLL_US; off by default:
-// in the VM a connection that kept spinning starved other takers of its lock, a fork's
-// handlers for about a second each): whether a connection's next blocking wait spins
-// before it sleeps.  Two moving averages: how long each wait's data took (after a spin or a
+// The adaptive spin (RDMASOCK_SPIN_US, 50 by default, without RDMASOCK_BUSY_POLL_US):
+// whether a connection's next blocking wait spins before it sleeps.  Two moving averages: how long each wait's data took (after a spin or a
 // sleep; the last one a quarter, each clipped to 8 spins), and how many spins found
 // their data (the last one an eighth).  A wait spins when the last spin found its data,
 // or when the data has been coming within 4 spins and at least one spin in 4 has found
@@ -109,6 +123,6 @@ int sleep_limit(int fd, bool for_send, Deadline &dl, Clock::time_point from, boo
 // poll ends the sleep as the kernel's would end the call: kRestart (SA_RESTART, and no
 // socket timeout) or -EINTR.  Otherwise poll()'s count (0: timed out) or -errno.
 constexpr int kRestart = INT_MIN;
-int sleep(std::unique_lock<std::mutex> &lk, pollfd *fds, nfds_t n, int tmo, bool has_timeout) noexcept;
+int sleep(std::unique_lock<util::WaitedMutex> &lk, pollfd *fds, nfds_t n, int tmo, bool has_timeout) noexcept;
 
 }  // namespace rdmasock::waits

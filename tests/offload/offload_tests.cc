@@ -2090,8 +2090,8 @@ long cpu_ticks(pid_t pid)
     return utime < 0 || stime < 0 ? -1 : utime + stime;
 }
 
-// By default nothing spins (nor would the adaptive spin, RDMASOCK_SPIN_US, on a
-// connection whose data comes late but on one wait in 16): with an offloaded connection idle (the client sleeps 6 s
+// The adaptive spin (RDMASOCK_SPIN_US, on by default) spins on a connection whose data
+// comes late on one wait in 16 only, for 50 us: with an offloaded connection idle (the client sleeps 6 s
 // after its data, no socket call; the server blocks in read() waiting for the rest),
 // neither process may use CPU (both have the library's thread) over 2 s of that time.
 void semantics_idle_no_cpu()

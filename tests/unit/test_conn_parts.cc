@@ -1,11 +1,14 @@
 // The connection's parts that need no device: the switchover's state machine (the only
-// writer of the phase), the shadow eventfds' levels, and the wait's deadline.
+// writer of the phase), the shadow eventfds' levels, and the wait's deadline and spin.
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <netinet/in.h>
 #include <poll.h>
+#include <thread>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -222,6 +225,46 @@ BOOST_AUTO_TEST_CASE(adaptive_spin)
         }
     BOOST_TEST(paced <= 11 + 10);
     // RDMASOCK_SPIN_US=0 never reaches here: the connection does not ask (conn_io.cc).
+}
+
+// A thread that spins again and again, as a call that goes round its loop does, never
+// keeps another thread waiting for the lock: neither while its predicate is false (the
+// lock is given up between two looks) nor when it holds at once (a call that cannot go
+// on although the predicate holds: it used to keep the lock for as long as it went
+// round).  The waiter here takes the lock within 200 ms of asking, ten times over, while
+// the spinner runs for up to 5 s.
+BOOST_AUTO_TEST_CASE(spin_gives_way_to_waiters)
+{
+    for (bool found_at_once : {true, false}) {
+        rdmasock::util::WaitedMutex mu;
+        std::atomic<bool> stop{false};
+        std::atomic<long> spins{0};
+        std::thread spinner([&] {
+            std::unique_lock<rdmasock::util::WaitedMutex> lk(mu);
+            const auto end = rdmasock::waits::Clock::now() + std::chrono::seconds(5);
+            while (!stop.load() && rdmasock::waits::Clock::now() < end) {
+                rdmasock::waits::Clock::time_point from{};
+                rdmasock::waits::spin(lk, 50, [&] { return found_at_once; }, &from);
+                spins.fetch_add(1);
+            }
+        });
+        while (spins.load() == 0)
+            std::this_thread::yield();
+        double worst_ms = 0;
+        for (int i = 0; i < 10; ++i) {
+            const auto t0 = rdmasock::waits::Clock::now();
+            {
+                std::lock_guard<rdmasock::util::WaitedMutex> g(mu);
+            }
+            const double ms = std::chrono::duration<double, std::milli>(rdmasock::waits::Clock::now() - t0).count();
+            worst_ms = ms > worst_ms ? ms : worst_ms;
+        }
+        stop.store(true);
+        spinner.join();
+        BOOST_TEST(worst_ms < 200.0, (found_at_once ? "found at once" : "never found") << ": a waiter waited "
+                                                                                        << worst_ms << " ms");
+        BOOST_TEST(!mu.wanted());
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
