@@ -321,8 +321,8 @@ ssize_t Conn::recv_prefix_locked(std::unique_lock<util::WaitedMutex> &lk, msghdr
     return kLookAgain;
 }
 
-ssize_t Conn::recv_fallback_locked(std::unique_lock<util::WaitedMutex> &lk, int fd, msghdr *msg, int flags, size_t total,
-                                   size_t done, Deadline &dl) noexcept
+ssize_t Conn::recv_fallback_locked(std::unique_lock<util::WaitedMutex> &lk, int fd, msghdr *msg, int flags,
+                                   size_t total, size_t done, Deadline &dl) noexcept
 {
     const RingPath::Status &st = ring_.st;
     if (st.shut_rd)

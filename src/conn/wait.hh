@@ -74,8 +74,9 @@ bool spin(std::unique_lock<util::WaitedMutex> &lk, long budget_us, Ready ready, 
 }
 
 // The adaptive spin (RDMASOCK_SPIN_US, 50 by default, without RDMASOCK_BUSY_POLL_US):
-// whether a connection's next blocking wait spins before it sleeps.  Two moving averages: how long each wait's data took (after a spin or a
-// sleep; the last one a quarter, each clipped to 8 spins), and how many spins found
+// whether a connection's next blocking wait spins before it sleeps.  Two moving
+// averages: how long each wait's data took (after a spin or a sleep; the last one a
+// quarter, each clipped to 8 spins), and how many spins found
 // their data (the last one an eighth).  A wait spins when the last spin found its data,
 // or when the data has been coming within 4 spins and at least one spin in 4 has found
 // it; otherwise one wait in 16 spins, to look again (a sleep's time includes its

@@ -132,19 +132,16 @@ struct Errors {
     }
 };
 
-bool on_rdma(int fd)
+// The connection's transport as the library reports it (RDMASOCK_TCP, RDMASOCK_RDMA);
+// -1 without the library.
+int transport(int fd)
 {
     rdmasock_info info{};
     socklen_t len = sizeof info;
-    return getsockopt(fd, SOL_RDMASOCK, RDMASOCK_INFO, &info, &len) == 0 && info.transport == RDMASOCK_RDMA;
+    return getsockopt(fd, SOL_RDMASOCK, RDMASOCK_INFO, &info, &len) == 0 ? static_cast<int>(info.transport) : -1;
 }
 
-bool library_loaded(int fd)
-{
-    rdmasock_info info{};
-    socklen_t len = sizeof info;
-    return getsockopt(fd, SOL_RDMASOCK, RDMASOCK_INFO, &info, &len) == 0;
-}
+bool on_rdma(int fd) { return transport(fd) == RDMASOCK_RDMA; }
 
 // Step 2 on every connection; `round` varies the bytes.
 void requests(const std::vector<int> &fds, unsigned round, Errors &err)
@@ -175,7 +172,7 @@ int client(const sockaddr_in &sa, int conns, int idle_ms)
         fds.push_back(c);
     }
     int rdma = 0;
-    if (!fds.empty() && library_loaded(fds[0])) {
+    if (!fds.empty() && transport(fds[0]) >= 0) {
         const double end = now_ms() + 60000;
         for (size_t i = 0; i < fds.size() && now_ms() < end;)
             if (on_rdma(fds[i]))
