@@ -27,7 +27,7 @@ bool Conn::nonblocking() const noexcept
 
 bool Conn::spin_before_flag_check(int flags) const noexcept
 {
-    return !(flags & MSG_DONTWAIT) && rt::config().busy_poll_us > 0 &&
+    return !(flags & MSG_DONTWAIT) && (rt::config().busy_poll_us > 0 || rt::config().spin_us > 0) &&
            nb_seen_.load(std::memory_order_relaxed) == 0;
 }
 
@@ -445,8 +445,8 @@ ssize_t Conn::recvmsg(int fd, msghdr *msg, int flags) noexcept
             }
             return 0;
         }
-        // (Busy-poll mode: a socket last seen blocking spins first; wait() reads the flag
-        // before it sleeps.)
+        // (A socket last seen blocking spins first, in busy-poll mode or when the adaptive
+        // spin spins; wait() reads the flag before it sleeps.)
         const bool spin_first = spin_before_flag_check(flags);
         if (!spin_first && ((flags & MSG_DONTWAIT) || nonblocking()))
             return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;

@@ -367,6 +367,9 @@ public:
     }
     int wr_fd() const noexcept { return sh_.wr_fd(); }
     int comp_fd() const noexcept { return link_.comp_fd(); }
+    // Another thread waits for this connection's lock: a poll/epoll spin over
+    // poll_mask() gives way to it (as waits::spin does).
+    bool lock_wanted() const noexcept { return mu_.wanted(); }
 
     // --- progress thread ----------------------------------------------------------------
     void on_completion_event() noexcept;  // the completion channel is readable
@@ -524,8 +527,9 @@ private:
     int wait(int efd, short events, short tcp_events, bool for_send, std::unique_lock<util::WaitedMutex> &lk,
              Deadline &dl, bool check_nonblocking = false) noexcept;
     bool nonblocking() const noexcept;
-    // Whether a blocking call may skip reading O_NONBLOCK before its busy-poll spin: the
-    // flag was last seen clear (wait() reads it after the spin, before it sleeps).
+    // Whether a blocking call may skip reading O_NONBLOCK before its spin (busy-poll, or
+    // the adaptive one): the flag was last seen clear (wait() reads it after the spin,
+    // before it sleeps, or at once when the adaptive spin does not spin).
     bool spin_before_flag_check(int flags) const noexcept;
     void count_sent(uint64_t n) noexcept { counters_.bytes_sent += n; }
     void count_received(uint64_t n) noexcept { counters_.bytes_received += n; }
@@ -601,9 +605,10 @@ private:
     bool comp_watched_ = false; // under watch_mu_
     std::atomic<int> rcvlowat_{1};
     // O_NONBLOCK as last seen: -1 unknown, 0 clear, 1 set.  Set by every read of the flag
-    // and by the program's F_SETFL/FIONBIO through the library.  Only busy-poll mode uses
-    // it, and only to spin before reading the flag (another process sharing the socket
-    // may have changed it: the flag is read again before any sleep).
+    // and by the program's F_SETFL/FIONBIO through the library.  Used only to spin
+    // before reading the flag (another process sharing the socket may have changed it:
+    // the flag is read again before any sleep): a receive whose data the spin finds
+    // makes no fcntl() at all.
     mutable std::atomic<int> nb_seen_{-1};
     // The default mode's spins before a blocking receive, and a blocking send (under mu_).
     waits::AdaptiveSpin rx_spin_, tx_spin_;

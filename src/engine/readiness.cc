@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <sched.h>
 #include <unordered_map>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "engine/offload.hh"
 #include "process/fd_table.hh"
 #include "process/runtime.hh"
+#include "process/signals.hh"
 
 namespace rdmasock::readiness {
 
@@ -39,6 +41,7 @@ struct Reg {
 struct Set {
     std::map<int, Reg> regs;                       // fd -> registration
     std::unordered_map<uint64_t, int> by_data;     // data of a shadow registration -> fd
+    int direct = 0;  // threads in an epoll_wait's direct sleep on it (epoll_loop)
 };
 
 std::mutex g_mu;
@@ -218,21 +221,239 @@ int fixup(int epfd, epoll_event *ev, int n) noexcept
     return out;
 }
 
+/* ---- the spin of poll, select and epoll ------------------------------------------------ */
+
+// Busy-poll mode (RDMASOCK_BUSY_POLL_US): before a poll/select/epoll call that waits
+// sleeps, it spins over its connections on RDMA (poll_mask polls a connection's
+// completion queue), as a blocking call on one connection does (Conn::wait).  (The
+// default mode's adaptive spin, RDMASOCK_SPIN_US, is a blocking call's only: measured
+// with sockperf's epoll and poll ping-pongs in the VM it gained nothing, see
+// docs/protocol.md, "Readiness".)
+struct CallSpin {
+    long budget_us = 0;  // 0: the call sleeps at once
+
+    // (Not for a call with a signal mask, ppoll's or epoll_pwait's: the mask is only in
+    // force during the kernel's wait, and a spin under the thread's own one would run
+    // handlers the call's blocks, or hold back those it lets through.)
+    explicit CallSpin(bool masked) noexcept : budget_us(masked ? 0 : rt::config().busy_poll_us) {}
+    // `round()` again and again (it polls the call's connections once: > 0 something for
+    // the call, 0 nothing, -1 an error with errno) for the budget, or until the call's
+    // `deadline` (if `finite`), reading the clock once in 16 connections polled (as
+    // waits::spin: a clock without a vDSO read costs a system call).  A signal handler
+    // that runs meanwhile ends it with EINTR, as it would have ended the kernel's wait.
+    // Returns the last round's result.
+    template <class Round>
+    int run(size_t conns, Clock::time_point deadline, bool finite, Round round) const noexcept
+    {
+        auto end = Clock::now() + std::chrono::microseconds(budget_us);
+        if (finite && deadline < end)
+            end = deadline;
+        sig::clear_last();
+        for (size_t polled = 0;; polled += conns) {
+            if (int r = round())
+                return r;
+            if (sig::last() != 0) {
+                sig::clear_last();
+                errno = EINTR;
+                return -1;
+            }
+            if (polled >= 16) {
+                polled = 0;
+                if (Clock::now() >= end)
+                    return 0;
+            }
+        }
+    }
+};
+
+// A spin over connections gives their locks up to the threads waiting for them (the
+// progress thread, another thread's call): a bounded number of yields, as waits::spin.
+void give_way(const std::vector<Conn *> &wanted) noexcept
+{
+    for (Conn *c : wanted)
+        for (int i = 0; i < 64 && c->lock_wanted(); ++i)
+            sched_yield();
+}
+
+// An epoll set's connections on RDMA, that its wait spins over and sleeps on: a
+// registration on shadows, what it waits for, and what the spin has seen give no event
+// (an edge-triggered registration's level, a one-shot one not armed again: the spin
+// looks at the set for it only once it changes).  (Weak: a connection another thread
+// closes meanwhile goes, whatever this thread's wait.)
+struct SpinTarget {
+    std::weak_ptr<Conn> c;
+    int fd;
+    unsigned want, now = 0, quiet = 0;
+};
+// (More connections than this make each round of a spin, and each sleep's poll(), too
+// long: a bigger set sleeps on itself alone, woken through the progress thread.)
+constexpr size_t kSpinConns = 32;
+thread_local std::vector<SpinTarget> t_targets;
+thread_local bool t_in_epoll = false;  // (a signal handler's epoll_wait does not use t_targets)
+
+// The registrations of set `epfd` on the shadows of connections on RDMA, into
+// t_targets, and this thread counted as the set's direct sleeper (false: none, too many,
+// or another thread sleeps on the set directly: poll() on an epoll descriptor wakes
+// every thread that polls it, where the kernel's epoll_wait wakes one, so a pool of
+// threads that share a set keeps the kernel's wait).
+bool spin_targets(int epfd) noexcept
+{
+    t_targets.clear();
+    std::vector<std::shared_ptr<Conn>> held;  // (no connection's last reference dropped under g_mu)
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = sets().find(epfd);
+    if (it == sets().end() || it->second.direct > 0 || it->second.by_data.empty() ||
+        it->second.by_data.size() > kSpinConns)
+        return false;
+    for (auto &kv : it->second.regs) {
+        if (!kv.second.on_shadows)
+            continue;
+        std::shared_ptr<Conn> c = kv.second.conn.lock();
+        if (c != nullptr && c->phase() == Conn::Phase::rdma)
+            t_targets.push_back({c, kv.first, (kv.second.events & ~kFlags) | EPOLLERR | EPOLLHUP});
+        held.push_back(std::move(c));
+    }
+    if (t_targets.empty())
+        return false;
+    ++it->second.direct;
+    return true;
+}
+
+// This thread's direct sleep on set `epfd` ends.
+void end_direct(int epfd) noexcept
+{
+    t_targets.clear();
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = sets().find(epfd);  // (gone if the set was closed meanwhile)
+    if (it != sets().end() && it->second.direct > 0)
+        --it->second.direct;
+}
+
+// One round of an epoll set's spin: its connections polled (which brings their eventfds
+// up to date); when one has something new for its registration, and every 64 rounds for
+// the set's kernel descriptors, the set itself (the kernel's wait without a timeout).
 template <class Wait>
-int epoll_loop(int epfd, epoll_event *ev, int maxev, int timeout_ms, Wait &&wait) noexcept
+int epoll_round(int epfd, epoll_event *ev, Wait &wait, unsigned round) noexcept
+{
+    static thread_local std::vector<Conn *> wanted;
+    wanted.clear();
+    bool fresh = false;
+    std::vector<std::shared_ptr<Conn>> held;  // (alive until give_way is done)
+    for (auto &t : t_targets) {
+        std::shared_ptr<Conn> c = t.c.lock();
+        t.now = c != nullptr ? c->poll_mask(t.fd) & t.want : 0;
+        t.quiet &= t.now;
+        fresh = fresh || (t.now & ~t.quiet) != 0;
+        if (c != nullptr && c->lock_wanted()) {
+            wanted.push_back(c.get());
+            held.push_back(std::move(c));
+        }
+    }
+    if (fresh || round % 64 == 0) {
+        int n = wait(0);
+        if (n > 0)
+            n = fixup(epfd, ev, n);
+        if (n != 0)
+            return n;
+        for (auto &t : t_targets)
+            t.quiet = t.now;
+    }
+    give_way(wanted);
+    return 0;
+}
+
+// Sleep on set `epfd` (poll() says when it has events) and on the completion channels of
+// its connections in t_targets: a completion wakes this thread, which takes it in (that
+// brings the connection's eventfds up to date, and the set's events with them), rather
+// than waking the progress thread first, which would wake this one (poll() and a
+// blocking call on one connection sleep on the channel as well).  The channel numbers
+// are read again at each sleep (-1 once a channel is gone).  1: woken; 0: timed out;
+// -1 with errno (EINTR: a signal).
+int sleep_direct(int epfd, int tmo, const sigset_t *mask) noexcept
+{
+    static thread_local std::vector<pollfd> p;
+    p.clear();
+    p.push_back({epfd, POLLIN, 0});
+    for (auto &t : t_targets) {
+        std::shared_ptr<Conn> c = t.c.lock();
+        p.push_back({c != nullptr ? c->comp_fd() : -1, POLLIN, 0});
+    }
+    int r;
+    if (mask != nullptr) {
+        timespec ts{tmo / 1000, (tmo % 1000) * 1000000L};
+        r = RS_REAL(ppoll)(p.data(), p.size(), tmo < 0 ? nullptr : &ts, mask);
+    } else {
+        r = RS_REAL(poll)(p.data(), p.size(), tmo);
+    }
+    if (r <= 0)
+        return r;
+    for (size_t i = 1; i < p.size(); ++i)
+        if (p[i].revents & POLLIN)
+            if (std::shared_ptr<Conn> c = t_targets[i - 1].c.lock())
+                c->on_completion_event();
+    return 1;
+}
+
+// epoll_wait and its variants, for a set that may hold registrations on shadows.  A set
+// with at most kSpinConns connections on RDMA among them spins (CallSpin) and sleeps on
+// their completion channels too (sleep_direct); a bigger one sleeps on the set alone, its
+// eventfds kept current by the progress thread.  `mask`: epoll_pwait's.
+template <class Wait>
+int epoll_loop(int epfd, epoll_event *ev, int timeout_ms, const sigset_t *mask, Wait &&wait) noexcept
 {
     if (g_shadow_regs.load(std::memory_order_relaxed) == 0)
         return wait(timeout_ms);
     const bool infinite = timeout_ms < 0;
     const auto deadline = Clock::now() + std::chrono::milliseconds(infinite ? 0 : timeout_ms);
+    const bool direct = timeout_ms != 0 && !t_in_epoll && spin_targets(epfd);
+    struct Direct {
+        int epfd;
+        bool on;
+        ~Direct()
+        {
+            if (on) {
+                end_direct(epfd);
+                t_in_epoll = false;
+            }
+        }
+    } guard{epfd, direct};
+    if (direct)
+        t_in_epoll = true;
+    const CallSpin spin(mask != nullptr);
+    if (direct) {
+        // What the set has already comes back at once (a busy loop's every call);
+        // otherwise the spin, then the sleep.
+        int n = wait(0);
+        if (n > 0)
+            n = fixup(epfd, ev, n);
+        if (n != 0)
+            return n;
+        if (spin.budget_us > 0) {
+            unsigned round = 0;
+            n = spin.run(t_targets.size(), deadline, !infinite, [&] { return epoll_round(epfd, ev, wait, ++round); });
+            if (n != 0)
+                return n;
+        }
+    }
     for (;;) {
-        int n = wait(ms_left(deadline, infinite));
-        if (n <= 0)
+        int n;
+        if (direct) {
+            // (The time left rounded up: poll's timeout never ends before the call's.)
+            n = sleep_direct(epfd, infinite ? -1 : waits::ms_until(deadline + std::chrono::microseconds(999)), mask);
+            if (n > 0)
+                n = wait(0);
+            else if (n == 0)
+                return 0;
+        } else {
+            n = wait(ms_left(deadline, infinite));
+            if (n == 0)
+                return 0;
+        }
+        if (n < 0)
             return n;
         n = fixup(epfd, ev, n);
         if (n > 0 || (!infinite && Clock::now() >= deadline))
             return n;
-        (void)maxev;
     }
 }
 
@@ -309,6 +530,10 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
     const bool infinite = timeout_ms < 0;
     const auto deadline = Clock::now() + std::chrono::milliseconds(infinite ? 0 : timeout_ms);
     bool first = true;
+    size_t on_rdma = 0;
+    for (auto &x : map)
+        on_rdma += x.kind == 1 ? 1 : 0;
+    const CallSpin spin(use_mask);
     for (;;) {
         // Offloaded sockets first: if one is ready, the kernel part is only sampled.
         int ready = 0;
@@ -340,23 +565,29 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
         // A socket may switch to RDMA while we sleep: look again at least every 50 ms.
         if (deciding && (tmo < 0 || tmo > 50))
             tmo = 50;
-        // Busy-poll mode: spin on the offloaded sockets (each poll_mask polls its
-        // completion queue) before sleeping; only when there is one (sockets still
-        // deciding have no queue to poll), and reading the clock once in 16 rounds (as
-        // waits::spin: where the clock source has no vDSO read, e.g. HPET, each reading is
-        // a system call).
-        if (!ready && tmo != 0 && rdma && rt::config().busy_poll_us > 0) {
-            const auto end = Clock::now() + std::chrono::microseconds(rt::config().busy_poll_us);
-            for (unsigned round = 1; !ready && (round % 16 != 0 || Clock::now() < end); ++round) {
+        // The spin (CallSpin) on the offloaded sockets on RDMA before a sleep (sockets
+        // still deciding have no queue to poll); the kernel's descriptors are looked at
+        // after it.
+        if (!ready && tmo != 0 && rdma && spin.budget_us > 0) {
+            std::vector<Conn *> wanted;
+            const int r = spin.run(on_rdma, deadline, !infinite, [&] {
+                wanted.clear();
                 for (nfds_t i = 0; i < nfds; ++i) {
                     if (map[i].kind != 1)
                         continue;
-                    unsigned m = conn_of(map[i].s)->poll_mask(fds[i].fd);
+                    Conn *c = conn_of(map[i].s);
+                    unsigned m = c->poll_mask(fds[i].fd);
                     fds[i].revents = static_cast<short>(m & (static_cast<unsigned>(fds[i].events) | POLLERR | POLLHUP));
                     if (fds[i].revents)
                         ++ready;
+                    if (c->lock_wanted())
+                        wanted.push_back(c);
                 }
-            }
+                give_way(wanted);
+                return ready;
+            });
+            if (r < 0)
+                return r;
             if (ready)
                 tmo = 0;
         }
@@ -640,13 +871,12 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
 
 int epoll_wait(int epfd, epoll_event *ev, int maxev, int timeout_ms) noexcept
 {
-    return epoll_loop(epfd, ev, maxev, timeout_ms,
-                      [&](int t) { return RS_REAL(epoll_wait)(epfd, ev, maxev, t); });
+    return epoll_loop(epfd, ev, timeout_ms, nullptr, [&](int t) { return RS_REAL(epoll_wait)(epfd, ev, maxev, t); });
 }
 
 int epoll_pwait(int epfd, epoll_event *ev, int maxev, int timeout_ms, const sigset_t *mask) noexcept
 {
-    return epoll_loop(epfd, ev, maxev, timeout_ms,
+    return epoll_loop(epfd, ev, timeout_ms, mask,
                       [&](int t) { return RS_REAL(epoll_pwait)(epfd, ev, maxev, t, mask); });
 }
 
@@ -654,7 +884,7 @@ int epoll_pwait2(int epfd, epoll_event *ev, int maxev, const timespec *tmo, cons
 {
     if (g_shadow_regs.load(std::memory_order_relaxed) == 0)
         return RS_REAL(epoll_pwait2)(epfd, ev, maxev, tmo, mask);
-    return epoll_loop(epfd, ev, maxev, to_ms(tmo), [&](int t) {
+    return epoll_loop(epfd, ev, to_ms(tmo), mask, [&](int t) {
         timespec ts{t / 1000, (t % 1000) * 1000000L};
         return RS_REAL(epoll_pwait2)(epfd, ev, maxev, t < 0 ? nullptr : &ts, mask);
     });

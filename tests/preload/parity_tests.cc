@@ -949,6 +949,12 @@ read 4 = 4
 still readable: 1 [1 EPOLLIN]
 read rest = 6
 drained: 0
+epoll_wait 1 ms, nothing to read: 0, waited at least 1 ms: yes
+epoll_wait 20 ms, nothing to read: 0, waited at least 20 ms: yes
+epoll_pwait 1 ms, nothing to read: 0, waited at least 1 ms: yes
+epoll_pwait 20 ms, nothing to read: 0, waited at least 20 ms: yes
+epoll_pwait with a mask 1 ms, nothing to read: 0, waited at least 1 ms: yes
+epoll_pwait with a mask 20 ms, nothing to read: 0, waited at least 20 ms: yes
 MOD c EPOLLIN|EPOLLOUT = 0
 writable: 1 [1 EPOLLOUT]
 ADD s EPOLLIN|EPOLLOUT|EPOLLRDHUP = 0
