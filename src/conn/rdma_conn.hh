@@ -177,8 +177,11 @@ public:
     // Server: an RDMA request came for this socket after it had stopped waiting for one
     // and gone to TCP: its reason is timeout, not peer_no_rdmasock.
     void note_late_request() noexcept;
+    // Server: a client's RDMA request for this socket came (accept_request): if it comes
+    // to nothing, the socket's reason is timeout, not peer_no_rdmasock.
+    void note_asked() noexcept { sw_.note_asked(); }
     // Server: why a socket no RDMA request bound is on TCP (the reason this process
-    // declined one with, else no rdmasock on the client).
+    // declined one with; timeout after a request; else no rdmasock on the client).
     Reason undecided_reason() const noexcept { return sw_.undecided_reason(); }
     // Server: the RDMA connection for this socket is established: PROOF_AT, then (once
     // it has completed) the PROOF in the TCP stream.

@@ -211,11 +211,19 @@ public:
     }
     // This process declined the client's request for `why` (memlock, resources).
     void set_declined(Reason why) noexcept { declined_.store(why, std::memory_order_relaxed); }
-    // Why a socket no RDMA request bound is on TCP.
+    // A client's RDMA request for this socket came (whatever became of it: the client
+    // does run rdmasock).
+    void note_asked() noexcept { asked_.store(true, std::memory_order_relaxed); }
+    // Why a socket no RDMA request bound is on TCP: what this process declined, else
+    // timeout for one whose request came to nothing (the client gave up waiting before
+    // the switch: its id went before the accept, or before its SWITCH), else
+    // peer_no_rdmasock.
     Reason undecided_reason() const noexcept
     {
         const Reason d = declined_.load(std::memory_order_relaxed);
-        return d != Reason::none ? d : Reason::peer_no_rdmasock;
+        return d != Reason::none                         ? d
+               : asked_.load(std::memory_order_relaxed) ? Reason::timeout
+                                                         : Reason::peer_no_rdmasock;
     }
     // The program reads or waits for input (a parked request may now be accepted):
     // true the first time.
@@ -256,6 +264,7 @@ private:
     Clock::time_point maybe_deadline_{};
     std::atomic<bool> verify_watch_{false};
     std::atomic<Reason> declined_{Reason::none};
+    std::atomic<bool> asked_{false};
     std::atomic<bool> interested_{false};
 };
 

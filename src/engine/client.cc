@@ -16,6 +16,10 @@ namespace rdmasock::offload {
 
 namespace {
 
+// The IB CM's reject reason for a request to a service ID nobody listens on
+// (IB_CM_REJ_INVALID_SERVICE_ID).
+constexpr int kRejectNoListener = 8;
+
 // The rdma_cm event that ended a step, as a reason.
 Reason failure_reason(const rdma_cm_event *ev) noexcept
 {
@@ -25,11 +29,16 @@ Reason failure_reason(const rdma_cm_event *ev) noexcept
     case RDMA_CM_EVENT_ROUTE_ERROR:
         return Reason::no_route;
     case RDMA_CM_EVENT_REJECTED: {
-        // No DECLINE: rejected by rdma_cm itself (no RDMA listener on that port).
+        // No DECLINE: rejected by the peer's RDMA stack.  With the reject reason of no
+        // listener on that port (IB and RoCE: 8, invalid service ID; iWARP:
+        // ECONNREFUSED) the peer runs no rdmasock there, which the engine remembers for
+        // the next connections; any other reason (the peer's stack out of resources,
+        // a consumer's own reject) is about this request only.
         const void *pd = ev->param.conn.private_data;
         size_t len = pd ? ev->param.conn.private_data_len : 0;
         if (!neg::is_decline(pd, len))
-            return Reason::peer_no_rdmasock;
+            return ev->status == kRejectNoListener || ev->status == -ECONNREFUSED ? Reason::peer_no_rdmasock
+                                                                                  : Reason::rejected;
         // (A redirect not followed: a second one, or the program closed the socket.)
         const Reason r = neg::decode_decline(pd, len);
         return r == Reason::redirected ? Reason::rejected : r;

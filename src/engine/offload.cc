@@ -656,6 +656,7 @@ void Engine::on_cm_events() noexcept
 void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
 {
     // mu held.
+    c->note_asked();
     if (c->refusing()) {  // (the process exits: no resources built for nothing)
         reject(p.id->get(), Reason::rejected);
         return;

@@ -73,7 +73,7 @@
 // connection is echoed on TCP):
 //   accept_bad_magic accept_version accept_zero_rkey accept_log2_high accept_reserved
 //   accept_wrong_nonce decline_none (a DECLINE claiming reason "none")
-//   decline_unknown (reason 250)
+//   decline_unknown (reason 250) reject_plain (a reject with no private data)
 // The next three prove themselves as an honest server does (PROOF_AT(0), the PROOF at
 // TCP offset 0), then read the victim's CONFIRM:
 //   second_prefix (PREFIX(0) twice) prefix_beyond_tcp (PREFIX(100) with no TCP byte
@@ -1207,7 +1207,7 @@ int run_server(const std::string &addr, const std::string &kase)
 {
     static const char *const known[] = {"accept_bad_magic", "accept_version", "accept_zero_rkey",
         "accept_log2_high", "accept_ring_oversized", "accept_reserved", "accept_wrong_nonce", "decline_none", "decline_unknown",
-        "second_prefix", "prefix_beyond_tcp", "accept_ring_outside_mr", "impostor", "impostor_silent"};
+        "reject_plain", "second_prefix", "prefix_beyond_tcp", "accept_ring_outside_mr", "impostor", "impostor_silent"};
     if (!known_case(known, sizeof known / sizeof known[0], kase, "server"))
         return 4;
     if (kase.rfind("impostor", 0) == 0)
@@ -1246,6 +1246,8 @@ int run_server(const std::string &addr, const std::string &kase)
         if (kase == "decline_unknown")
             d[5] = 250;
         rdma_reject(id, d, sizeof d);
+    } else if (kase == "reject_plain") {
+        rdma_reject(id, nullptr, 0);  // no DECLINE: a consumer's reject, not "no listener"
     } else {
         Qp qp;
         qp.create(id);

@@ -529,7 +529,9 @@ bool init_tests()
     add(srv, "accept_version", [tcp] {
         server_case("accept_version", {"", "", "none", "DISCONNECTED", tcp, "version_mismatch"});
     });
-    for (std::string k : {"decline_none", "decline_unknown"})
+    // (reject_plain: a reject without a DECLINE, for another cause than no listener on
+    // the port, is about this request: rejected, not peer_no_rdmasock.)
+    for (std::string k : {"decline_none", "decline_unknown", "reject_plain"})
         add(srv, k, [k, tcp] { server_case(k, {"", "", "none", "none", tcp, "rejected"}); });
     add(srv, "second_prefix", [reset] { server_case("second_prefix", {"", "", "success", "none", reset, "", "reset: unexpected PREFIX"}); });
     // The TCP stream ends before the bytes a PREFIX announced (with an orderly RDMA FIN).

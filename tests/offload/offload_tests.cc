@@ -1587,7 +1587,18 @@ void fallback_probe_adapts()
     auto before = tcp_bytes_before_switch(pr.client);
     BOOST_CHECK_MESSAGE(!before.empty() && before.back() == 0,
                         name << ": the last connection did not switch before its first byte");
-    note(name + ": RDMASOCK_PROBE_TIMEOUT_MS=50, client connections (transport, connect()):" + list);
+    // The server of a connection whose client gave up waiting: tcp, and its close line
+    // says why, the client's timeout (while it lives it is undecided: a request may come
+    // yet; not peer_no_rdmasock: the client asked, it does run rdmasock).
+    std::string server_list;
+    for (const Fields &f : pr.server.closes)
+        server_list += " " + field(f, "transport") + "/" + field(f, "reason");
+    BOOST_CHECK_MESSAGE(!pr.server.closes.empty() && field(pr.server.closes[0], "transport") == "tcp" &&
+                            field(pr.server.closes[0], "reason") == "timeout",
+                        name << ": the server's first connection (its client timed out), close lines:" << server_list
+                             << "; want tcp/timeout first");
+    note(name + ": RDMASOCK_PROBE_TIMEOUT_MS=50, client connections (transport, connect()):" + list +
+         "; server close lines:" + server_list);
 }
 
 // ---- system: what every process of a machine pays -----------------------------------------
