@@ -266,13 +266,13 @@ struct CallSpin {
     }
 };
 
-// A spin over connections gives their locks up to the threads waiting for them (the
-// progress thread, another thread's call): a bounded number of yields, as waits::spin.
-void give_way(const std::vector<Conn *> &wanted) noexcept
+// A spin over connections gives a connection's lock up to the threads waiting for it
+// (the progress thread, another thread's call): a bounded number of yields, as
+// waits::spin.
+void give_way(const Conn &c) noexcept
 {
-    for (Conn *c : wanted)
-        for (int i = 0; i < 64 && c->lock_wanted(); ++i)
-            sched_yield();
+    for (int i = 0; i < 64 && c.lock_wanted(); ++i)
+        sched_yield();
 }
 
 // An epoll set's connections on RDMA, that its wait spins over and sleeps on: a
@@ -299,20 +299,17 @@ thread_local bool t_in_epoll = false;  // (a signal handler's epoll_wait does no
 bool spin_targets(int epfd) noexcept
 {
     t_targets.clear();
-    std::vector<std::shared_ptr<Conn>> held;  // (no connection's last reference dropped under g_mu)
     std::lock_guard<std::mutex> lk(g_mu);
     auto it = sets().find(epfd);
     if (it == sets().end() || it->second.direct > 0 || it->second.by_data.empty() ||
         it->second.by_data.size() > kSpinConns)
         return false;
-    for (auto &kv : it->second.regs) {
-        if (!kv.second.on_shadows)
-            continue;
-        std::shared_ptr<Conn> c = kv.second.conn.lock();
-        if (c != nullptr && c->phase() == Conn::Phase::rdma)
-            t_targets.push_back({c, kv.first, (kv.second.events & ~kFlags) | EPOLLERR | EPOLLHUP});
-        held.push_back(std::move(c));
-    }
+    // (Weak references: nothing is destroyed under g_mu.  A connection that has left
+    // RDMA meanwhile is polled as any (poll_mask), and its channel is -1 once it has
+    // none.)
+    for (auto &kv : it->second.regs)
+        if (kv.second.on_shadows)
+            t_targets.push_back({kv.second.conn, kv.first, (kv.second.events & ~kFlags) | EPOLLERR | EPOLLHUP});
     if (t_targets.empty())
         return false;
     ++it->second.direct;
@@ -335,19 +332,14 @@ void end_direct(int epfd) noexcept
 template <class Wait>
 int epoll_round(int epfd, epoll_event *ev, Wait &wait, unsigned round) noexcept
 {
-    static thread_local std::vector<Conn *> wanted;
-    wanted.clear();
     bool fresh = false;
-    std::vector<std::shared_ptr<Conn>> held;  // (alive until give_way is done)
     for (auto &t : t_targets) {
         std::shared_ptr<Conn> c = t.c.lock();
         t.now = c != nullptr ? c->poll_mask(t.fd) & t.want : 0;
         t.quiet &= t.now;
         fresh = fresh || (t.now & ~t.quiet) != 0;
-        if (c != nullptr && c->lock_wanted()) {
-            wanted.push_back(c.get());
-            held.push_back(std::move(c));
-        }
+        if (c != nullptr)
+            give_way(*c);
     }
     if (fresh || round % 64 == 0) {
         int n = wait(0);
@@ -358,7 +350,6 @@ int epoll_round(int epfd, epoll_event *ev, Wait &wait, unsigned round) noexcept
         for (auto &t : t_targets)
             t.quiet = t.now;
     }
-    give_way(wanted);
     return 0;
 }
 
@@ -530,9 +521,6 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
     const bool infinite = timeout_ms < 0;
     const auto deadline = Clock::now() + std::chrono::milliseconds(infinite ? 0 : timeout_ms);
     bool first = true;
-    size_t on_rdma = 0;
-    for (auto &x : map)
-        on_rdma += x.kind == 1 ? 1 : 0;
     const CallSpin spin(use_mask);
     for (;;) {
         // Offloaded sockets first: if one is ready, the kernel part is only sampled.
@@ -569,9 +557,9 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
         // still deciding have no queue to poll); the kernel's descriptors are looked at
         // after it.
         if (!ready && tmo != 0 && rdma && spin.budget_us > 0) {
-            std::vector<Conn *> wanted;
+            const size_t on_rdma = static_cast<size_t>(
+                std::count_if(map.begin(), map.end(), [](const Map &x) { return x.kind == 1; }));
             const int r = spin.run(on_rdma, deadline, !infinite, [&] {
-                wanted.clear();
                 for (nfds_t i = 0; i < nfds; ++i) {
                     if (map[i].kind != 1)
                         continue;
@@ -580,10 +568,8 @@ int poll_mixed(pollfd *fds, nfds_t nfds, int timeout_ms, const sigset_t *mask, b
                     fds[i].revents = static_cast<short>(m & (static_cast<unsigned>(fds[i].events) | POLLERR | POLLHUP));
                     if (fds[i].revents)
                         ++ready;
-                    if (c->lock_wanted())
-                        wanted.push_back(c);
+                    give_way(*c);
                 }
-                give_way(wanted);
                 return ready;
             });
             if (r < 0)
