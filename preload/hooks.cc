@@ -311,7 +311,8 @@ ssize_t tx(Socket &s, int fd, const iovec *iov, int iovcnt, int flags) noexcept
 
 int socket(int domain, int type, int protocol) noexcept
 {
-    int fd = RS_REAL(socket)(domain, type, protocol);
+    util::LowestFree low;
+    int fd = low.fix(RS_REAL(socket)(domain, type, protocol));
     if (fd < 0 || !shim::eligible(domain, type, protocol))
         return fd;
     ErrnoGuard g;
@@ -323,7 +324,11 @@ int socket(int domain, int type, int protocol) noexcept
 int socketpair(int domain, int type, int protocol, int sv[2]) noexcept
 {
     // Only AF_UNIX supports socketpair: never a TCP connection, never tracked.
-    return RS_REAL(socketpair)(domain, type, protocol, sv);
+    util::LowestFree low;
+    int r = RS_REAL(socketpair)(domain, type, protocol, sv);
+    if (r == 0)
+        low.fix_pair(sv);
+    return r;
 }
 
 namespace {
@@ -414,13 +419,15 @@ void before_accept(int lfd) noexcept
 int accept(int fd, sockaddr *addr, socklen_t *len) noexcept
 {
     before_accept(fd);
-    return accepted(fd, RS_REAL(accept)(fd, addr, len));
+    util::LowestFree low;
+    return accepted(fd, low.fix(RS_REAL(accept)(fd, addr, len)));
 }
 
 int accept4(int fd, sockaddr *addr, socklen_t *len, int flags) noexcept
 {
     before_accept(fd);
-    return accepted(fd, RS_REAL(accept4)(fd, addr, len, flags));
+    util::LowestFree low;
+    return accepted(fd, low.fix(RS_REAL(accept4)(fd, addr, len, flags)));
 }
 
 int connect(int fd, const sockaddr *addr, socklen_t len) noexcept
@@ -1002,7 +1009,7 @@ int shutdown(int fd, int how) noexcept
 
 int dup(int fd) noexcept
 {
-    int r = RS_REAL(dup)(fd);
+    int r = util::placed([=] { return RS_REAL(dup)(fd); });
     if (r >= 0) {
         ErrnoGuard g;
         after_dup(fd, r, nullptr);
@@ -1038,8 +1045,9 @@ int dup3(int fd, int fd2, int flags) noexcept
 
 int fcntl(int fd, int cmd, void *arg) noexcept
 {
-    int r = RS_REAL(fcntl)(fd, cmd, arg);
-    if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
+    const bool dups = cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC;
+    int r = dups ? util::placed([=] { return RS_REAL(fcntl)(fd, cmd, arg); }) : RS_REAL(fcntl)(fd, cmd, arg);
+    if (r >= 0 && dups) {
         ErrnoGuard g;
         after_dup(fd, r, nullptr);
     } else if (r >= 0 && cmd == F_SETFL && fdt::offloaded(fd)) {
@@ -1170,9 +1178,17 @@ int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const timespec *tmo,
     return readiness::pselect(nfds, r, w, e, tmo, mask);
 }
 
-int epoll_create(int size) noexcept { return RS_REAL(epoll_create)(size); }
+int epoll_create(int size) noexcept
+{
+    util::LowestFree low;
+    return low.fix(RS_REAL(epoll_create)(size));
+}
 
-int epoll_create1(int flags) noexcept { return RS_REAL(epoll_create1)(flags); }
+int epoll_create1(int flags) noexcept
+{
+    util::LowestFree low;
+    return low.fix(RS_REAL(epoll_create1)(flags));
+}
 
 int epoll_ctl(int epfd, int op, int fd, epoll_event *ev) noexcept
 {

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <mutex>
+#include <new>
 #include <linux/close_range.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -43,6 +45,27 @@ std::atomic<int> g_gate{0};
 // thread, making, would otherwise keep a busy program's dup2 out for long).
 std::atomic<int> g_placers_waiting{0};
 std::atomic<int> g_sleepers{0};  // threads asleep on g_gate (a futex)
+// Making sides that may hold a low number (FdGate::low), nested ones too, and
+// LowestFree's own moves: entered ever (high 32 bits) and open now (low 32 bits), in
+// one word, so that LowestFree reads both at once.  Counted once the side is taken (a
+// maker waiting for the gate makes nothing yet).
+std::atomic<uint64_t> g_makers{0};
+constexpr uint64_t kMakerTaken = uint64_t{1} << 32;
+__thread unsigned t_makers __attribute__((tls_model("initial-exec"))) = 0;  // this thread's, open
+// One LowestFree move at a time: a move holds a number for a moment too.
+std::mutex *g_moving = new std::mutex();  // (leaked: a detached thread may move at exit)
+
+void maker_opens() noexcept
+{
+    g_makers.fetch_add(kMakerTaken + 1, std::memory_order_seq_cst);
+    ++t_makers;
+}
+
+void maker_closes() noexcept
+{
+    --t_makers;
+    g_makers.fetch_sub(1, std::memory_order_seq_cst);
+}
 // How deep this thread is in gates (nested ones, a signal handler's).  Counted before the
 // shared count is taken and after it is given back, so a handler that interrupts in
 // between passes instead of waiting for its own thread.
@@ -98,20 +121,24 @@ bool gate_enter(int side) noexcept
 
 }  // namespace
 
-FdGate::FdGate(Side side) noexcept : held_(0)
+FdGate::FdGate(Side side, Numbers numbers) noexcept : held_(0), counted_(side == making && numbers == low)
 {
-    if (t_depth++ != 0)
-        return;  // (this thread holds a side already)
-    if (side == placing)
-        g_placers_waiting.fetch_add(1, std::memory_order_relaxed);
-    if (gate_enter(side))
-        held_ = side;
-    if (side == placing)
-        g_placers_waiting.fetch_sub(1, std::memory_order_relaxed);
+    if (t_depth++ == 0) {  // (else this thread holds a side already)
+        if (side == placing)
+            g_placers_waiting.fetch_add(1, std::memory_order_relaxed);
+        if (gate_enter(side))
+            held_ = side;
+        if (side == placing)
+            g_placers_waiting.fetch_sub(1, std::memory_order_relaxed);
+    }
+    if (counted_)
+        maker_opens();
 }
 
 FdGate::~FdGate()
 {
+    if (counted_)
+        maker_closes();
     if (held_ != 0 && g_gate.fetch_sub(held_, std::memory_order_seq_cst) == held_ &&
         g_sleepers.load(std::memory_order_seq_cst) != 0)
         futex(&g_gate, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
@@ -119,10 +146,64 @@ FdGate::~FdGate()
         --t_depth;
 }
 
+LowestFree::LowestFree() noexcept : seen_(g_makers.load(std::memory_order_seq_cst)) {}
+
+bool LowestFree::disturbed() const noexcept
+{
+    return (seen_ & (kMakerTaken - 1)) != 0 || (g_makers.load(std::memory_order_seq_cst) >> 32) != (seen_ >> 32);
+}
+
+namespace {
+// fd at the lowest free number at or above floor, if that is lower (the gate and the
+// move lock held).
+int move_lowest(int fd, int floor) noexcept
+{
+    maker_opens();  // (the duplicate, or fd, holds a number for a moment)
+    const int flags = RS_REAL(fcntl)(fd, F_GETFD);
+    const int low = RS_REAL(fcntl)(fd, flags > 0 && (flags & FD_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, floor);
+    if (low >= 0)
+        RS_REAL(close)(low < fd ? fd : low);
+    maker_closes();
+    return low >= 0 && low < fd ? low : fd;
+}
+}  // namespace
+
+int LowestFree::fix(int fd, int floor) const noexcept
+{
+    if (fd < 0 || !disturbed() || t_depth != 0)
+        return fd;
+    const int saved = errno;
+    FdGate placing(FdGate::placing);  // (no maker holds a low number meanwhile)
+    {
+        std::lock_guard<std::mutex> one(*g_moving);
+        fd = move_lowest(fd, floor);
+    }
+    errno = saved;
+    return fd;
+}
+
+void LowestFree::fix_pair(int fds[2]) const noexcept
+{
+    if (!disturbed() || t_depth != 0)
+        return;
+    const int saved = errno;
+    FdGate placing(FdGate::placing);
+    {
+        std::lock_guard<std::mutex> one(*g_moving);
+        fds[0] = move_lowest(fds[0], 0);
+        fds[1] = move_lowest(fds[1], 0);
+    }
+    errno = saved;
+}
+
 void fd_gate_after_fork_child() noexcept
 {
     g_gate.store(0, std::memory_order_relaxed);
     g_placers_waiting.store(0, std::memory_order_relaxed);
+    // (This thread's making sides still open end here: their destructors count them out.)
+    g_makers.store((g_makers.load(std::memory_order_relaxed) & ~(kMakerTaken - 1)) | t_makers,
+                   std::memory_order_relaxed);
+    new (g_moving) std::mutex();
     t_depth = 0;
 }
 
@@ -162,7 +243,7 @@ void disown(int fd) noexcept
 
 int close_own(int fd) noexcept
 {
-    FdGate making(FdGate::making);  // (a range close between the two would leave it closed, unowned)
+    FdGate making(FdGate::making, FdGate::high_only);  // (a range close between the two would leave it closed, unowned)
     disown(fd);
     return RS_REAL(close)(fd);
 }
@@ -233,7 +314,7 @@ int move_high(int fd) noexcept
 
 int dup_high(int fd) noexcept
 {
-    FdGate making(FdGate::making);  // (a range close would not know it yet)
+    FdGate making(FdGate::making, FdGate::high_only);  // (a range close would not know it yet)
     const int floor = floor_fd();
     const int d = RS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, floor < 0 ? 0 : floor);
     if (floor >= 0)

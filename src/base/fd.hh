@@ -26,13 +26,41 @@ int move_high(int fd) noexcept;
 class FdGate {
 public:
     enum Side : int { making = 1, placing = -1 };
-    explicit FdGate(Side side) noexcept;
+    // A making side whose descriptors are made at the lowest free number (most: the
+    // kernel's rule) holds one there until it moves it high or closes it: LowestFree
+    // (below) watches those.  One that only makes high numbers or closes its own does not.
+    enum Numbers : bool { low = true, high_only = false };
+    explicit FdGate(Side side, Numbers numbers = low) noexcept;
     ~FdGate();
     FdGate(const FdGate &) = delete;
     FdGate &operator=(const FdGate &) = delete;
 
 private:
-    int held_;  // the side taken, 0 when it passed without taking one
+    int held_;     // the side taken, 0 when it passed without taking one
+    bool counted_;  // a making side that may hold a low number (LowestFree)
+};
+
+// A descriptor the program makes (socket, accept, ...) gets the lowest free number; one
+// the library makes on another thread at that moment holds a low number until it moves
+// high, so the program's could land higher than it would without the library.  Taken
+// before such a call that the library does not hold the gate around (one that may block,
+// or should not wait for the library's makers in the common case): if no making side
+// that may hold a low number was open meanwhile (two atomic loads), fix() gives the
+// number back as it is; else it waits for those makers and moves the new descriptor
+// down to the lowest free number at or above `floor`, as if the kernel alone had
+// numbered it.  Only for a descriptor nothing else knows yet whose extra close has no
+// effect: a new socket or epoll set, not a duplicate of a file (its close would drop the
+// process's POSIX locks on that file: a dup() holds the gate instead, placed()).  In a
+// thread that holds a side already (a signal handler's call) it leaves the number.
+class LowestFree {
+public:
+    LowestFree() noexcept;
+    int fix(int fd, int floor = 0) const noexcept;  // fd, or its new number; errno kept
+    void fix_pair(int fds[2]) const noexcept;       // socketpair(), in the kernel's order
+
+private:
+    bool disturbed() const noexcept;
+    uint64_t seen_;
 };
 
 // `make()` returns a new descriptor: made under the gate and moved high.
@@ -43,7 +71,9 @@ int make_high(Make make) noexcept
     return move_high(make());
 }
 
-// `place()` puts a descriptor on a number of the program's choice (dup2, dup3).
+// `place()` puts a descriptor on a number of the program's choice (dup2, dup3), or makes
+// a duplicate at the lowest free number (dup, fcntl F_DUPFD) while no library
+// descriptor holds a low one.
 template <class Place>
 int placed(Place place) noexcept
 {

@@ -303,7 +303,7 @@ Context::~Context()
     if (inherited())
         return;
     if (owned_ && ctx_ != nullptr) {
-        util::FdGate making(util::FdGate::making);  // (disowned and closed, nothing between)
+        util::FdGate making(util::FdGate::making, util::FdGate::high_only);  // (disowned and closed, nothing between)
         dl::disown_fd(ctx_->cmd_fd);
         dl::disown_fd(ctx_->async_fd);
         ibv_close_device(ctx_);
@@ -383,7 +383,7 @@ CompChannel::~CompChannel()
     if (inherited())
         return;
     if (ch_ != nullptr) {
-        util::FdGate making(util::FdGate::making);  // (disowned and closed, nothing between)
+        util::FdGate making(util::FdGate::making, util::FdGate::high_only);  // (disowned and closed, nothing between)
         dl::disown_fd(ch_->fd);
         ibv_destroy_comp_channel(ch_);
     }
@@ -562,7 +562,7 @@ CmChannel::~CmChannel()
     if (inherited())
         return;
     if (ch_ != nullptr) {
-        util::FdGate making(util::FdGate::making);  // (disowned and closed, nothing between)
+        util::FdGate making(util::FdGate::making, util::FdGate::high_only);  // (disowned and closed, nothing between)
         dl::disown_fd(ch_->fd);
         rdma_destroy_event_channel(ch_);
     }

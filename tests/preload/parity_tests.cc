@@ -230,7 +230,7 @@ bool offload_expectation(const std::vector<std::string> &args, Offload *o)
             for (const char *why : {"forked", "timeout", "rejected", "peer_no_rdmasock", "pending", "closed_early",
                                     "not_connected", "fell_back"})
                 o->tcp.push_back(std::string(role) + " " + why);
-    } else if (key == "dup2-race") {
+    } else if (key == "dup2-race" || key == "numbers") {
         // Connections one after another, each read at once: on RDMA, or on TCP when a
         // negotiation did not finish before the exchange ended it (closed_early and
         // what goes with it).
@@ -1328,6 +1328,18 @@ dup2(b, b) = 5
 dup3(b, b, 0) = -1 EINVAL
 dup3 bad flags = -1 EINVAL
 dup2 onto a negative fd = -1 EBADF
+)")
+
+// The program's new descriptors (accept, dup, socketpair, epoll_create1) take the
+// kernel's numbers while the library, on other threads, makes descriptors of its own for
+// the connections being set up (util::LowestFree).
+PARITY_CASE(numbers_while_connecting, ({"numbers"}), nullptr,
+R"(listener=3
+round 1: connect failures 0, bytes read 10; accepted (dup, pair, epoll): 14(15,16,17,18) 15(16,17,18,19) 16(17,18,19,20) 17(18,19,20,21) 18(19,20,21,22) 19(20,21,22,23) 20(21,22,23,24) 21(22,23,24,25) 22(23,24,25,26) 23(24,25,26,27)
+round 2: connect failures 0, bytes read 10; accepted (dup, pair, epoll): 14(15,16,17,18) 15(16,17,18,19) 16(17,18,19,20) 17(18,19,20,21) 18(19,20,21,22) 19(20,21,22,23) 20(21,22,23,24) 21(22,23,24,25) 22(23,24,25,26) 23(24,25,26,27)
+round 3: connect failures 0, bytes read 10; accepted (dup, pair, epoll): 14(15,16,17,18) 15(16,17,18,19) 16(17,18,19,20) 17(18,19,20,21) 18(19,20,21,22) 19(20,21,22,23) 20(21,22,23,24) 21(22,23,24,25) 22(23,24,25,26) 23(24,25,26,27)
+round 4: connect failures 0, bytes read 10; accepted (dup, pair, epoll): 14(15,16,17,18) 15(16,17,18,19) 16(17,18,19,20) 17(18,19,20,21) 18(19,20,21,22) 19(20,21,22,23) 20(21,22,23,24) 21(22,23,24,25) 22(23,24,25,26) 23(24,25,26,27)
+round 5: connect failures 0, bytes read 10; accepted (dup, pair, epoll): 14(15,16,17,18) 15(16,17,18,19) 16(17,18,19,20) 17(18,19,20,21) 18(19,20,21,22) 19(20,21,22,23) 20(21,22,23,24) 21(22,23,24,25) 22(23,24,25,26) 23(24,25,26,27)
 )")
 
 // A connection's first number closed and taken by a new nonblocking socket with a 1 ms

@@ -2134,6 +2134,57 @@ int sc_dup(const Args &)
 // The first number of a duplicated connection is closed and taken at once by a new
 // socket, nonblocking and with a 1 ms SO_RCVTIMEO: the connection goes on through the
 // duplicate, blocking as before, untouched by the new socket's flags and options.
+// The numbers the program's new descriptors get while connections are being set up on
+// other threads (RDMA mode: the library makes descriptors of its own then, on its threads
+// and in the connecting thread's connect(), each on a low number for a moment).  Each
+// round: kConns client sockets made here; a thread connects them one by one and writes
+// a byte on each, while this thread accepts each, makes a duplicate, a socket pair and
+// an epoll set, closes those three and reads the byte.  The numbers must be the
+// kernel's: the lowest free ones, in order.
+int sc_numbers(const Args &)
+{
+    constexpr int kRounds = 5, kConns = 10;
+    sockaddr_storage la{};
+    socklen_t ll = sizeof la;
+    const int l = tcp_listener(AF_INET, &la, &ll);
+    out("listener=%d", l);
+    for (int round = 1; round <= kRounds; ++round) {
+        std::vector<int> c(kConns), s(kConns);
+        for (int &fd : c)
+            fd = must(socket(AF_INET, SOCK_STREAM, 0), "socket");
+        std::atomic<int> failed{0};
+        std::thread t([&] {
+            for (int fd : c)
+                if (connect(fd, reinterpret_cast<const sockaddr *>(&la), ll) != 0 || write(fd, "n", 1) != 1)
+                    failed.fetch_add(1);
+        });
+        std::string got;
+        int bytes = 0;
+        for (int &fd : s) {
+            fd = must(accept(l, nullptr, nullptr), "accept");
+            const int d = must(dup(fd), "dup");
+            int sv[2];
+            must(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), "socketpair");
+            const int ep = must(epoll_create1(EPOLL_CLOEXEC), "epoll_create1");
+            got += " " + std::to_string(fd) + "(" + std::to_string(d) + "," + std::to_string(sv[0]) + "," +
+                   std::to_string(sv[1]) + "," + std::to_string(ep) + ")";
+            for (int x : {d, sv[0], sv[1], ep})
+                close(x);
+            char b;
+            bytes += read_n(fd, &b, 1) == 1 && b == 'n';
+        }
+        t.join();
+        out("round %d: connect failures %d, bytes read %d; accepted (dup, pair, epoll):%s", round, failed.load(),
+            bytes, got.c_str());
+        for (int fd : c)
+            close(fd);
+        for (int fd : s)
+            close(fd);
+    }
+    close(l);
+    return 0;
+}
+
 int sc_dup_reuse(const Args &)
 {
     Conn p = tcp_pair(AF_INET);
@@ -3664,6 +3715,7 @@ const Scenario kScenarios[] = {
     {"dup", sc_dup, ""},
     {"dup2-live", sc_dup2_live, ""},
     {"dup-reuse", sc_dup_reuse, ""},
+    {"numbers", sc_numbers, ""},
     {"dup2-race", sc_dup2_race, ""},
     {"close-range", sc_close_range, ""},
     {"syscall-close", sc_syscall_close, ""},

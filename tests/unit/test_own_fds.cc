@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <atomic>
+#include <thread>
 #include <unistd.h>
 #include <utility>
 #include <vector>
@@ -103,6 +105,59 @@ BOOST_AUTO_TEST_CASE(forgotten_when_the_program_takes_the_number)
     util::close_own(e);
     close(p[0]);
     close(p[1]);
+}
+
+// A descriptor the library makes on another thread holds the lowest number for a
+// moment: the program's, made meanwhile, comes one higher; LowestFree moves it down once
+// the library's is gone (and leaves it alone when no maker ran).
+BOOST_AUTO_TEST_CASE(lowest_free_after_a_maker_on_another_thread)
+{
+    const int probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    BOOST_REQUIRE_GE(probe, 0);
+    BOOST_REQUIRE_EQUAL(close(probe), 0);  // (`probe` is the lowest free number)
+    {
+        // No maker: the number stays, even with a lower one free.
+        const int x = open("/dev/null", O_RDONLY), y = open("/dev/null", O_RDONLY);
+        BOOST_REQUIRE_EQUAL(close(x), 0);
+        util::LowestFree quiet;
+        BOOST_CHECK_EQUAL(quiet.fix(y), y);
+        close(y);
+    }
+    {
+        // A maker that only makes high numbers (a close of its own) is not waited for.
+        util::LowestFree low;
+        std::thread t([] { util::FdGate closing(util::FdGate::making, util::FdGate::high_only); });
+        t.join();
+        const int x = open("/dev/null", O_RDONLY), y = open("/dev/null", O_RDONLY);
+        BOOST_REQUIRE_EQUAL(close(x), 0);
+        BOOST_CHECK_EQUAL(low.fix(y), y);
+        close(y);
+    }
+    util::LowestFree low;
+    std::atomic<int> step{0};
+    int theirs = -1;
+    std::thread maker([&] {
+        util::FdGate making(util::FdGate::making);
+        theirs = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        step.store(1);
+        while (step.load() != 2)
+            std::this_thread::yield();
+        theirs = util::move_high(theirs);
+    });
+    while (step.load() != 1)
+        std::this_thread::yield();
+    const int mine = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    BOOST_CHECK_EQUAL(mine, probe + 1);  // (the maker's is on `probe`)
+    step.store(2);
+    const int fixed = low.fix(mine);  // (waits for the maker to be done)
+    maker.join();
+    BOOST_CHECK_EQUAL(fixed, probe);
+    BOOST_CHECK(!is_open(mine));
+    BOOST_CHECK_EQUAL(fcntl(fixed, F_GETFD), FD_CLOEXEC);
+    BOOST_CHECK_GT(theirs, mine);
+    BOOST_CHECK(util::owned(theirs));
+    close(fixed);
+    util::close_own(theirs);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
