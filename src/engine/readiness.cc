@@ -221,6 +221,82 @@ int fixup(int epfd, epoll_event *ev, int n) noexcept
     return out;
 }
 
+// Registrations of sockets still deciding (maybe/verifying, on their TCP socket with the
+// program's own data): the bytes that make such a socket readable may be the library's
+// (the server's PROOF in its client's stream) rather than the program's.  An EPOLLIN
+// whose data is one such registration's alone is asked of its connection, as poll()
+// asks (presw_gated, which takes the PROOF out if it is next): held back, the EPOLLIN
+// goes; switched meanwhile, the event is the connection's mask.  Returns the new count.
+int fixup_deciding(int epfd, epoll_event *ev, int n) noexcept
+{
+    if (rt::g_pending.load(std::memory_order_relaxed) == 0)
+        return n;
+    struct Hit {
+        int idx, fd;
+        uint32_t interest;
+    };
+    std::vector<Hit> hits;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        auto it = sets().find(epfd);
+        // (by_data holds a key per shadow registration at most: as many as regs, none
+        // is on its TCP socket.)
+        if (it == sets().end() || it->second.regs.size() == it->second.by_data.size())
+            return n;
+        std::vector<std::pair<uint64_t, int>> deciding;  // (data, fd) of those on their TCP socket
+        for (const auto &kv : it->second.regs)
+            if (!kv.second.on_shadows)
+                deciding.emplace_back(kv.second.data.u64, kv.first);
+        for (int i = 0; i < n; ++i) {
+            if (!(ev[i].events & EPOLLIN))
+                continue;
+            int fd = -1, matches = 0;
+            for (const auto &d : deciding)
+                if (d.first == ev[i].data.u64) {
+                    fd = d.second;
+                    ++matches;
+                }
+            if (matches == 1)
+                hits.push_back({i, fd, it->second.regs[fd].events});
+        }
+    }
+    if (hits.empty())
+        return n;
+    std::vector<bool> drop(static_cast<size_t>(n), false);
+    for (const Hit &h : hits) {
+        SocketRef s = fdt::get(h.fd);
+        Conn *c = conn_of(s);
+        if (c == nullptr)
+            continue;
+        epoll_event &e = ev[h.idx];
+        const int g = c->presw_gated(true);
+        if (g > 0)
+            e.events &= ~static_cast<uint32_t>(EPOLLIN | EPOLLRDNORM);
+        else if (g < 0)
+            e.events = c->poll_mask(h.fd) & ((h.interest & ~kFlags) | EPOLLERR | EPOLLHUP);
+        if (e.events != 0)
+            continue;
+        drop[static_cast<size_t>(h.idx)] = true;
+        if (h.interest & EPOLLONESHOT) {  // (the kernel disarmed it for an event the program does not see)
+            std::lock_guard<std::mutex> lk(g_mu);
+            auto it = sets().find(epfd);
+            auto r = it != sets().end() ? it->second.regs.find(h.fd) : decltype(it->second.regs.end()){};
+            if (it != sets().end() && r != it->second.regs.end() && !r->second.on_shadows) {
+                epoll_event again{r->second.events, r->second.data};
+                RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, h.fd, &again);
+            }
+        }
+    }
+    int out = 0;
+    for (int i = 0; i < n; ++i)
+        if (!drop[static_cast<size_t>(i)])
+            ev[out++] = ev[i];
+    return out;
+}
+
+// What the kernel returned for a set, fixed up (fixup, fixup_deciding).
+int settle(int epfd, epoll_event *ev, int n) noexcept { return fixup_deciding(epfd, ev, fixup(epfd, ev, n)); }
+
 /* ---- the spin of poll, select and epoll ------------------------------------------------ */
 
 // Busy-poll mode (RDMASOCK_BUSY_POLL_US): before a poll/select/epoll call that waits
@@ -344,7 +420,7 @@ int epoll_round(int epfd, epoll_event *ev, Wait &wait, unsigned round) noexcept
     if (fresh || round % 64 == 0) {
         int n = wait(0);
         if (n > 0)
-            n = fixup(epfd, ev, n);
+            n = settle(epfd, ev, n);
         if (n != 0)
             return n;
         for (auto &t : t_targets)
@@ -392,8 +468,23 @@ int sleep_direct(int epfd, int tmo, const sigset_t *mask) noexcept
 template <class Wait>
 int epoll_loop(int epfd, epoll_event *ev, int timeout_ms, const sigset_t *mask, Wait &&wait) noexcept
 {
-    if (g_shadow_regs.load(std::memory_order_relaxed) == 0)
-        return wait(timeout_ms);
+    if (g_shadow_regs.load(std::memory_order_relaxed) == 0) {
+        // No registration on shadows: the kernel's wait.  Its events need the fix-up if
+        // a connection of the set is deciding (fixup_deciding), or has switched meanwhile
+        // (on_switch_to_rdma: its registration is then on its shadows, and the wake-up
+        // the switch writes only says "look"); if none is left the call waits on for
+        // the rest of its time.
+        const auto t0 = timeout_ms > 0 ? Clock::now() : Clock::time_point{};
+        int n = wait(timeout_ms);
+        if (n <= 0 || (g_shadow_regs.load(std::memory_order_acquire) == 0 &&
+                       rt::g_pending.load(std::memory_order_relaxed) == 0))
+            return n;
+        if ((n = settle(epfd, ev, n)) != 0 || timeout_ms == 0)
+            return n;
+        if (timeout_ms > 0 && (timeout_ms = waits::ms_until(t0 + std::chrono::milliseconds(timeout_ms) +
+                                                             std::chrono::microseconds(999))) == 0)
+            return 0;
+    }
     const bool infinite = timeout_ms < 0;
     const auto deadline = Clock::now() + std::chrono::milliseconds(infinite ? 0 : timeout_ms);
     const bool direct = timeout_ms != 0 && !t_in_epoll && spin_targets(epfd);
@@ -416,7 +507,7 @@ int epoll_loop(int epfd, epoll_event *ev, int timeout_ms, const sigset_t *mask, 
         // otherwise the spin, then the sleep.
         int n = wait(0);
         if (n > 0)
-            n = fixup(epfd, ev, n);
+            n = settle(epfd, ev, n);
         if (n != 0)
             return n;
         if (spin.budget_us > 0) {
@@ -442,7 +533,7 @@ int epoll_loop(int epfd, epoll_event *ev, int timeout_ms, const sigset_t *mask, 
         }
         if (n < 0)
             return n;
-        n = fixup(epfd, ev, n);
+        n = settle(epfd, ev, n);
         if (n > 0 || (!infinite && Clock::now() >= deadline))
             return n;
     }
@@ -868,12 +959,26 @@ int epoll_pwait(int epfd, epoll_event *ev, int maxev, int timeout_ms, const sigs
 
 int epoll_pwait2(int epfd, epoll_event *ev, int maxev, const timespec *tmo, const sigset_t *mask) noexcept
 {
-    if (g_shadow_regs.load(std::memory_order_relaxed) == 0)
-        return RS_REAL(epoll_pwait2)(epfd, ev, maxev, tmo, mask);
-    return epoll_loop(epfd, ev, to_ms(tmo), mask, [&](int t) {
+    auto wait = [&](int t) {
         timespec ts{t / 1000, (t % 1000) * 1000000L};
         return RS_REAL(epoll_pwait2)(epfd, ev, maxev, t < 0 ? nullptr : &ts, mask);
-    });
+    };
+    if (g_shadow_regs.load(std::memory_order_relaxed) != 0 || rt::g_pending.load(std::memory_order_relaxed) != 0)
+        return epoll_loop(epfd, ev, to_ms(tmo), mask, wait);
+    // The kernel's wait, with its own timeout's precision; a switch meanwhile as in
+    // epoll_loop.
+    const bool timed = tmo != nullptr && (tmo->tv_sec != 0 || tmo->tv_nsec != 0);
+    const auto t0 = timed ? Clock::now() : Clock::time_point{};
+    int n = RS_REAL(epoll_pwait2)(epfd, ev, maxev, tmo, mask);
+    if (n <= 0 || (g_shadow_regs.load(std::memory_order_acquire) == 0 && rt::g_pending.load(std::memory_order_relaxed) == 0))
+        return n;
+    if ((n = settle(epfd, ev, n)) != 0 || (tmo != nullptr && !timed))
+        return n;
+    int left = -1;
+    if (timed && (left = waits::ms_until(t0 + std::chrono::seconds(tmo->tv_sec) +
+                                         std::chrono::nanoseconds(tmo->tv_nsec) + std::chrono::microseconds(999))) == 0)
+        return 0;
+    return epoll_loop(epfd, ev, left, mask, wait);
 }
 
 void on_switch_to_rdma(int fd, Conn &c) noexcept

@@ -1382,6 +1382,43 @@ int sc_epoll_lt(const Args &)
     return 0;
 }
 
+// Level-triggered waits with nothing to read while the connection may switch to RDMA
+// (the default mode: connect() returns at once and both ends switch in the background,
+// started by the registrations' interest): each wait ends at its timeout with no event.
+int sc_epoll_switch(const Args &)
+{
+    Conn p = tcp_pair(AF_INET);
+    int ep = must(epoll_create1(EPOLL_CLOEXEC), "epoll_create1");
+    ectl("ADD c EPOLLIN", ep, EPOLL_CTL_ADD, p.c, EPOLLIN, 1);
+    ectl("ADD s EPOLLIN", ep, EPOLL_CTL_ADD, p.s, EPOLLIN, 2);
+    constexpr int kMs = 400;
+    for (int how = 0; how < 3; ++how)
+        for (int round = 0; round < 2; ++round) {
+            epoll_event ev[4];
+            timespec t0, t1, ts{0, kMs * 1000000L};
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            int n = how == 0   ? epoll_wait(ep, ev, 4, kMs)
+                    : how == 1 ? epoll_pwait(ep, ev, 4, kMs, nullptr)
+                               : epoll_pwait2(ep, ev, 4, &ts, nullptr);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            const long us = (t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000;
+            const char *call = how == 0 ? "epoll_wait" : how == 1 ? "epoll_pwait" : "epoll_pwait2";
+            std::string got;
+            for (int i = 0; i < n; ++i)
+                got += " [" + std::to_string(ev[i].data.u64) + " " + em(ev[i].events) + "]";
+            out("%s %d ms, nothing to read: %d%s, waited at least %d ms: %s", call, kMs, n, got.c_str(), kMs,
+                us >= kMs * 1000L ? "yes" : "no");
+        }
+    SHOW("server writes", write(p.s, "abc", 3));
+    ewait("wait", ep, kWaitMs);
+    char b[8];
+    SHOW("read", read(p.c, b, sizeof b));
+    ewait("drained", ep, 0);
+    close(ep);
+    close_conn(p);
+    return 0;
+}
+
 int sc_epoll_et(const Args &)
 {
     Conn p = tcp_pair(AF_INET);
@@ -3699,6 +3736,7 @@ const Scenario kScenarios[] = {
     {"pselect", sc_pselect, ""},
     {"epoll-lt", sc_epoll_lt, ""},
     {"epoll-et", sc_epoll_et, ""},
+    {"epoll-switch", sc_epoll_switch, ""},
     {"epoll-et-fin", sc_epoll_et_fin, ""},
     {"epoll-oneshot", sc_epoll_oneshot, ""},
     {"epoll-rdhup", sc_epoll_rdhup, ""},
