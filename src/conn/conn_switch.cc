@@ -349,12 +349,12 @@ int Conn::presw_step_locked() noexcept
 int Conn::presw_gated(bool polled_in) noexcept
 {
     std::lock_guard<util::WaitedMutex> lk(mu_);
-    const bool proof_ahead = side_ == Side::client && sw_.proof_ahead();
     if (sw_.phase() == Phase::rdma || presw_step_locked() > 0)
         return -1;
-    if (polled_in && proof_ahead && !sw_.proof_ahead()) {
-        // The PROOF was taken just now: readable only if bytes of the program's (or the
-        // end of the stream) are there too.
+    if (polled_in && side_ == Side::client && sw_.phase() != Phase::tcp) {
+        // The TCP socket was readable, perhaps for the PROOF alone, which this call or
+        // another thread (the progress thread, a read) has taken out since: readable
+        // only if bytes of the program's (or the end of the stream) are there.
         pollfd pf{tcp_fd_, POLLRDHUP, 0};
         int queued = 0;
         const bool ended = RS_REAL(poll)(&pf, 1, 0) > 0;

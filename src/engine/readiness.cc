@@ -36,13 +36,37 @@ struct Reg {
     // Made before a fork, by the parent: the set is the parent's too, and the parent
     // still holds the socket (a close here leaves the registration, as the kernel does).
     bool inherited = false;
+    // Edge-triggered, on the TCP socket of a connection deciding, and an edge of it not
+    // shown to the program (fixup_deciding): made again if the connection stays on TCP.
+    bool held = false;
 };
 
 struct Set {
     std::map<int, Reg> regs;                       // fd -> registration
     std::unordered_map<uint64_t, int> by_data;     // data of a shadow registration -> fd
+    // fixup_deciding's index (index_reg): how many registrations have each data, and the
+    // fd of one on its TCP socket (a connection deciding) that has it.
+    std::unordered_map<uint64_t, int> data_uses;
+    std::unordered_map<uint64_t, int> tcp_by_data;
     int direct = 0;  // threads in an epoll_wait's direct sleep on it (epoll_loop)
 };
+
+// Registration `r` of `fd` enters (+1) or leaves (-1) the set's index; a change of its
+// data or of its place (TCP socket, shadows) is a leave, then an enter (g_mu held).
+void index_reg(Set &set, int fd, const Reg &r, int delta) noexcept
+{
+    const uint64_t d = r.data.u64;
+    try {
+        if ((set.data_uses[d] += delta) <= 0)
+            set.data_uses.erase(d);
+        if (!r.on_shadows && delta > 0)
+            set.tcp_by_data[d] = fd;
+    } catch (...) {  // (no memory: the index says less, and fixup_deciding leaves such events)
+    }
+    auto t = set.tcp_by_data.find(d);
+    if (!r.on_shadows && delta < 0 && t != set.tcp_by_data.end() && t->second == fd)
+        set.tcp_by_data.erase(t);
+}
 
 std::mutex g_mu;
 // epfd -> registrations of offloaded fds.  Never destroyed: the library's threads may
@@ -224,48 +248,46 @@ int fixup(int epfd, epoll_event *ev, int n) noexcept
 // Registrations of sockets still deciding (maybe/verifying, on their TCP socket with the
 // program's own data): the bytes that make such a socket readable may be the library's
 // (the server's PROOF in its client's stream) rather than the program's.  An EPOLLIN
-// whose data is one such registration's alone is asked of its connection, as poll()
-// asks (presw_gated, which takes the PROOF out if it is next): held back, the EPOLLIN
-// goes; switched meanwhile, the event is the connection's mask.  Returns the new count.
+// whose data is one such registration's alone (no other registration of the set has
+// it) is asked of its connection, as poll() asks (presw_gated, which takes the PROOF out
+// if it is next): held back, the EPOLLIN goes; switched meanwhile, the event is the
+// connection's mask (fixup then treats it as a shadow registration's).  An event the
+// program does not see is given back: a one-shot registration armed again, an edge-
+// triggered one marked, so that its TCP registration is made again (a new edge if
+// readable) once the connection stays on TCP (on_decided_tcp).  Returns the new count.
 int fixup_deciding(int epfd, epoll_event *ev, int n) noexcept
 {
     if (rt::g_pending.load(std::memory_order_relaxed) == 0)
         return n;
     struct Hit {
         int idx, fd;
-        uint32_t interest;
+        Reg reg;
+        SocketRef s;
     };
     std::vector<Hit> hits;
     {
         std::lock_guard<std::mutex> lk(g_mu);
         auto it = sets().find(epfd);
-        // (by_data holds a key per shadow registration at most: as many as regs, none
-        // is on its TCP socket.)
-        if (it == sets().end() || it->second.regs.size() == it->second.by_data.size())
+        if (it == sets().end() || it->second.tcp_by_data.empty())
             return n;
-        std::vector<std::pair<uint64_t, int>> deciding;  // (data, fd) of those on their TCP socket
-        for (const auto &kv : it->second.regs)
-            if (!kv.second.on_shadows)
-                deciding.emplace_back(kv.second.data.u64, kv.first);
+        const Set &set = it->second;
         for (int i = 0; i < n; ++i) {
             if (!(ev[i].events & EPOLLIN))
                 continue;
-            int fd = -1, matches = 0;
-            for (const auto &d : deciding)
-                if (d.first == ev[i].data.u64) {
-                    fd = d.second;
-                    ++matches;
-                }
-            if (matches == 1)
-                hits.push_back({i, fd, it->second.regs[fd].events});
+            auto t = set.tcp_by_data.find(ev[i].data.u64);
+            auto u = set.data_uses.find(ev[i].data.u64);
+            if (t == set.tcp_by_data.end() || u == set.data_uses.end() || u->second != 1)
+                continue;
+            auto r = set.regs.find(t->second);
+            if (r != set.regs.end() && !r->second.on_shadows)
+                hits.push_back({i, t->second, r->second, fdt::get(t->second)});
         }
     }
     if (hits.empty())
         return n;
     std::vector<bool> drop(static_cast<size_t>(n), false);
     for (const Hit &h : hits) {
-        SocketRef s = fdt::get(h.fd);
-        Conn *c = conn_of(s);
+        Conn *c = conn_of(h.s);
         if (c == nullptr)
             continue;
         epoll_event &e = ev[h.idx];
@@ -273,18 +295,27 @@ int fixup_deciding(int epfd, epoll_event *ev, int n) noexcept
         if (g > 0)
             e.events &= ~static_cast<uint32_t>(EPOLLIN | EPOLLRDNORM);
         else if (g < 0)
-            e.events = c->poll_mask(h.fd) & ((h.interest & ~kFlags) | EPOLLERR | EPOLLHUP);
+            e.events = c->poll_mask(h.fd) & ((h.reg.events & ~kFlags) | EPOLLERR | EPOLLHUP);
         if (e.events != 0)
             continue;
         drop[static_cast<size_t>(h.idx)] = true;
-        if (h.interest & EPOLLONESHOT) {  // (the kernel disarmed it for an event the program does not see)
-            std::lock_guard<std::mutex> lk(g_mu);
-            auto it = sets().find(epfd);
-            auto r = it != sets().end() ? it->second.regs.find(h.fd) : decltype(it->second.regs.end()){};
-            if (it != sets().end() && r != it->second.regs.end() && !r->second.on_shadows) {
-                epoll_event again{r->second.events, r->second.data};
+        if (!(h.reg.events & (EPOLLONESHOT | EPOLLET)))
+            continue;  // (level-triggered: the kernel reports it again while it holds)
+        std::lock_guard<std::mutex> lk(g_mu);
+        auto it = sets().find(epfd);
+        if (it == sets().end())
+            continue;
+        auto r = it->second.regs.find(h.fd);
+        epoll_event again{h.reg.events, h.reg.data};
+        if (r != it->second.regs.end() && !r->second.on_shadows) {
+            if (h.reg.events & EPOLLONESHOT)  // (the kernel disarmed it)
                 RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, h.fd, &again);
-            }
+            else
+                r->second.held = true;
+        } else if (r == it->second.regs.end() && fdt::get(h.fd).get() == h.s.get()) {
+            // On TCP for good meanwhile (presw_gated decided it): the kernel's
+            // registration is the program's again, made again as it was.
+            RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, h.fd, &again);
         }
     }
     int out = 0;
@@ -294,8 +325,9 @@ int fixup_deciding(int epfd, epoll_event *ev, int n) noexcept
     return out;
 }
 
-// What the kernel returned for a set, fixed up (fixup, fixup_deciding).
-int settle(int epfd, epoll_event *ev, int n) noexcept { return fixup_deciding(epfd, ev, fixup(epfd, ev, n)); }
+// What the kernel returned for a set, fixed up: the deciding registrations' events first
+// (one that switches there is a shadow registration's for fixup).
+int settle(int epfd, epoll_event *ev, int n) noexcept { return fixup(epfd, ev, fixup_deciding(epfd, ev, n)); }
 
 /* ---- the spin of poll, select and epoll ------------------------------------------------ */
 
@@ -474,15 +506,19 @@ int epoll_loop(int epfd, epoll_event *ev, int timeout_ms, const sigset_t *mask, 
         // (on_switch_to_rdma: its registration is then on its shadows, and the wake-up
         // the switch writes only says "look"); if none is left the call waits on for
         // the rest of its time.
-        const auto t0 = timeout_ms > 0 ? Clock::now() : Clock::time_point{};
+        // (The clock only where a set holds registrations of ours: else no event is
+        // dropped but after a registration made during the wait, which then waits its
+        // whole time again.)
+        const bool timed = timeout_ms > 0 && g_sets_count.load(std::memory_order_relaxed) != 0;
+        const auto t0 = timed ? Clock::now() : Clock::time_point{};
         int n = wait(timeout_ms);
         if (n <= 0 || (g_shadow_regs.load(std::memory_order_acquire) == 0 &&
                        rt::g_pending.load(std::memory_order_relaxed) == 0))
             return n;
         if ((n = settle(epfd, ev, n)) != 0 || timeout_ms == 0)
             return n;
-        if (timeout_ms > 0 && (timeout_ms = waits::ms_until(t0 + std::chrono::milliseconds(timeout_ms) +
-                                                             std::chrono::microseconds(999))) == 0)
+        if (timed && (timeout_ms = waits::ms_until(t0 + std::chrono::milliseconds(timeout_ms) +
+                                                    std::chrono::microseconds(999))) == 0)
             return 0;
     }
     const bool infinite = timeout_ms < 0;
@@ -894,6 +930,7 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
             }
         }
         set.regs[fd] = reg;
+        index_reg(set, fd, reg, +1);
         return 0;
     }
     case EPOLL_CTL_MOD:
@@ -910,8 +947,11 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
                 return -1;
             if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI | EPOLLOUT))
                 pending_interest = c;
+            index_reg(set, fd, it->second, -1);
             it->second.events = ev->events;
             it->second.data = ev->data;
+            it->second.held = false;
+            index_reg(set, fd, it->second, +1);
             return 0;
         }
         // As the kernel: an EPOLLEXCLUSIVE registration cannot be modified, nor can
@@ -920,10 +960,13 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
             errno = EINVAL;
             return -1;
         }
+        index_reg(set, fd, it->second, -1);
         del_shadows(epfd, set, it->second);
         it->second.events = ev->events;
         it->second.data = ev->data;
-        if ((r = add_shadows(epfd, set, fd, it->second, *c)) != 0) {
+        r = add_shadows(epfd, set, fd, it->second, *c);
+        index_reg(set, fd, it->second, +1);
+        if (r != 0) {
             errno = -r;
             return -1;
         }
@@ -933,6 +976,7 @@ int epoll_ctl_locked(int epfd, int op, int fd, epoll_event *ev, Conn *c) noexcep
             errno = ENOENT;
             return -1;
         }
+        index_reg(set, fd, it->second, -1);
         if (it->second.on_shadows)
             del_shadows(epfd, set, it->second);
         else
@@ -963,18 +1007,19 @@ int epoll_pwait2(int epfd, epoll_event *ev, int maxev, const timespec *tmo, cons
         timespec ts{t / 1000, (t % 1000) * 1000000L};
         return RS_REAL(epoll_pwait2)(epfd, ev, maxev, t < 0 ? nullptr : &ts, mask);
     };
-    if (g_shadow_regs.load(std::memory_order_relaxed) != 0 || rt::g_pending.load(std::memory_order_relaxed) != 0)
+    if (g_shadow_regs.load(std::memory_order_relaxed) != 0)
         return epoll_loop(epfd, ev, to_ms(tmo), mask, wait);
     // The kernel's wait, with its own timeout's precision; a switch meanwhile as in
     // epoll_loop.
-    const bool timed = tmo != nullptr && (tmo->tv_sec != 0 || tmo->tv_nsec != 0);
+    const bool timed = tmo != nullptr && (tmo->tv_sec != 0 || tmo->tv_nsec != 0) &&
+                       g_sets_count.load(std::memory_order_relaxed) != 0;
     const auto t0 = timed ? Clock::now() : Clock::time_point{};
     int n = RS_REAL(epoll_pwait2)(epfd, ev, maxev, tmo, mask);
     if (n <= 0 || (g_shadow_regs.load(std::memory_order_acquire) == 0 && rt::g_pending.load(std::memory_order_relaxed) == 0))
         return n;
-    if ((n = settle(epfd, ev, n)) != 0 || (tmo != nullptr && !timed))
+    if ((n = settle(epfd, ev, n)) != 0 || (tmo != nullptr && tmo->tv_sec == 0 && tmo->tv_nsec == 0))
         return n;
-    int left = -1;
+    int left = to_ms(tmo);
     if (timed && (left = waits::ms_until(t0 + std::chrono::seconds(tmo->tv_sec) +
                                          std::chrono::nanoseconds(tmo->tv_nsec) + std::chrono::microseconds(999))) == 0)
         return 0;
@@ -989,16 +1034,28 @@ void on_switch_to_rdma(int fd, Conn &c) noexcept
         if (it == kv.second.regs.end() || it->second.on_shadows)
             continue;
         RS_REAL(epoll_ctl)(kv.first, EPOLL_CTL_DEL, fd, nullptr);
+        index_reg(kv.second, fd, it->second, -1);
         add_shadows(kv.first, kv.second, fd, it->second, c);
+        index_reg(kv.second, fd, it->second, +1);
     }
 }
 
 void on_decided_tcp(int fd) noexcept
 {
-    // The registrations stay with the kernel on the TCP fd; we only forget them.
+    // The registrations stay with the kernel on the TCP fd; we only forget them (one
+    // whose edge was held back made again: the kernel reports it anew if it holds).
     std::lock_guard<std::mutex> lk(g_mu);
-    for (auto &kv : sets())
-        kv.second.regs.erase(fd);
+    for (auto &kv : sets()) {
+        auto it = kv.second.regs.find(fd);
+        if (it == kv.second.regs.end())
+            continue;
+        if (it->second.held && !it->second.on_shadows) {
+            epoll_event again{it->second.events, it->second.data};
+            RS_REAL(epoll_ctl)(kv.first, EPOLL_CTL_MOD, fd, &again);
+        }
+        index_reg(kv.second, fd, it->second, -1);
+        kv.second.regs.erase(it);
+    }
 }
 
 void lock_for_fork() noexcept { g_mu.lock(); }
@@ -1048,6 +1105,7 @@ void on_close_range(unsigned first, unsigned last) noexcept
                 if (conn_of(s) != nullptr && s->fds() == 1)
                     RS_REAL(epoll_ctl)(kv.first, EPOLL_CTL_DEL, it->first, nullptr);
             }
+            index_reg(kv.second, it->first, it->second, -1);
             del_shadows(kv.first, kv.second, it->second, !it->second.inherited);
             it = regs.erase(it);
         }
