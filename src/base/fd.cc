@@ -168,30 +168,17 @@ int move_lowest(int fd, int floor) noexcept
 }
 }  // namespace
 
-int LowestFree::fix(int fd, int floor) const noexcept
-{
-    if (fd < 0 || !disturbed() || t_depth != 0)
-        return fd;
-    const int saved = errno;
-    FdGate placing(FdGate::placing);  // (no maker holds a low number meanwhile)
-    {
-        std::lock_guard<std::mutex> one(*g_moving);
-        fd = move_lowest(fd, floor);
-    }
-    errno = saved;
-    return fd;
-}
-
-void LowestFree::fix_pair(int fds[2]) const noexcept
+void LowestFree::fix_all(int *fds, int count, int floor) const noexcept
 {
     if (!disturbed() || t_depth != 0)
         return;
     const int saved = errno;
-    FdGate placing(FdGate::placing);
+    FdGate placing(FdGate::placing);  // (no maker holds a low number meanwhile)
     {
         std::lock_guard<std::mutex> one(*g_moving);
-        fds[0] = move_lowest(fds[0], 0);
-        fds[1] = move_lowest(fds[1], 0);
+        for (int i = 0; i < count; ++i)  // (in order: the kernel numbered them so)
+            if (fds[i] >= 0)
+                fds[i] = move_lowest(fds[i], floor);
     }
     errno = saved;
 }

@@ -55,11 +55,17 @@ private:
 class LowestFree {
 public:
     LowestFree() noexcept;
-    int fix(int fd, int floor = 0) const noexcept;  // fd, or its new number; errno kept
-    void fix_pair(int fds[2]) const noexcept;       // socketpair(), in the kernel's order
+    // fd, or its new number; errno kept.
+    int fix(int fd, int floor = 0) const noexcept
+    {
+        fix_all(&fd, 1, floor);
+        return fd;
+    }
+    void fix_pair(int fds[2]) const noexcept { fix_all(fds, 2, 0); }  // socketpair()
 
 private:
     bool disturbed() const noexcept;
+    void fix_all(int *fds, int count, int floor) const noexcept;
     uint64_t seen_;
 };
 

@@ -178,6 +178,16 @@ int ms_left(Clock::time_point deadline, bool infinite) noexcept
     return infinite ? -1 : waits::ms_until(deadline);
 }
 
+// The events of ev[0..n) but the dropped ones, in order; their count.
+int compact(epoll_event *ev, int n, const std::vector<bool> &drop) noexcept
+{
+    int out = 0;
+    for (int i = 0; i < n; ++i)
+        if (!drop[static_cast<size_t>(i)])
+            ev[out++] = ev[i];
+    return out;
+}
+
 // Fix up what the kernel returned for an epoll set that holds shadow registrations:
 // the program's own data, one event per registration, exact masks.  Returns the new
 // count.
@@ -238,11 +248,7 @@ int fixup(int epfd, epoll_event *ev, int n) noexcept
             }
         }
     }
-    int out = 0;
-    for (int i = 0; i < n; ++i)
-        if (!drop[static_cast<size_t>(i)])
-            ev[out++] = ev[i];
-    return out;
+    return compact(ev, n, drop);
 }
 
 // Registrations of sockets still deciding (maybe/verifying, on their TCP socket with the
@@ -261,7 +267,7 @@ int fixup_deciding(int epfd, epoll_event *ev, int n) noexcept
         return n;
     struct Hit {
         int idx, fd;
-        Reg reg;
+        epoll_event reg;  // the registration's events and data
         SocketRef s;
     };
     std::vector<Hit> hits;
@@ -280,7 +286,7 @@ int fixup_deciding(int epfd, epoll_event *ev, int n) noexcept
                 continue;
             auto r = set.regs.find(t->second);
             if (r != set.regs.end() && !r->second.on_shadows)
-                hits.push_back({i, t->second, r->second, fdt::get(t->second)});
+                hits.push_back({i, t->second, {r->second.events, r->second.data}, fdt::get(t->second)});
         }
     }
     if (hits.empty())
@@ -306,7 +312,7 @@ int fixup_deciding(int epfd, epoll_event *ev, int n) noexcept
         if (it == sets().end())
             continue;
         auto r = it->second.regs.find(h.fd);
-        epoll_event again{h.reg.events, h.reg.data};
+        epoll_event again = h.reg;
         if (r != it->second.regs.end() && !r->second.on_shadows) {
             if (h.reg.events & EPOLLONESHOT)  // (the kernel disarmed it)
                 RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, h.fd, &again);
@@ -318,11 +324,7 @@ int fixup_deciding(int epfd, epoll_event *ev, int n) noexcept
             RS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, h.fd, &again);
         }
     }
-    int out = 0;
-    for (int i = 0; i < n; ++i)
-        if (!drop[static_cast<size_t>(i)])
-            ev[out++] = ev[i];
-    return out;
+    return compact(ev, n, drop);
 }
 
 // What the kernel returned for a set, fixed up: the deciding registrations' events first
@@ -497,29 +499,39 @@ int sleep_direct(int epfd, int tmo, const sigset_t *mask) noexcept
 // with at most kSpinConns connections on RDMA among them spins (CallSpin) and sleeps on
 // their completion channels too (sleep_direct); a bigger one sleeps on the set alone, its
 // eventfds kept current by the progress thread.  `mask`: epoll_pwait's.
+// The kernel's wait (`call`, with a timeout of `timeout_ns`, < 0 for none), for a time no
+// registration is on shadows.  Its events need the fix-up if a connection of the set is
+// deciding (fixup_deciding), or has switched meanwhile (on_switch_to_rdma: its
+// registration is then on its shadows, and the wake-up the switch writes only says
+// "look").  True with the count to give back in *n; false when the fix-up left no event
+// and time is left: the call waits on for *left_ms (-1: no timeout).  (The clock only
+// for a set that holds registrations of ours: another one drops no event but after a
+// registration made during the wait, and then waits its whole time again.)
+template <class Call>
+bool kernel_wait(int epfd, epoll_event *ev, long long timeout_ns, Call call, int *n, int *left_ms) noexcept
+{
+    const bool timed = timeout_ns > 0 && marked(epfd);
+    const auto t0 = timed ? Clock::now() : Clock::time_point{};
+    *n = call();
+    if (*n <= 0 || !marked(epfd) ||
+        (g_shadow_regs.load(std::memory_order_acquire) == 0 && rt::g_pending.load(std::memory_order_relaxed) == 0))
+        return true;
+    if ((*n = settle(epfd, ev, *n)) != 0 || timeout_ns == 0)
+        return true;
+    const long long whole_ms = timeout_ns < 0 ? -1 : std::min<long long>((timeout_ns + 999'999) / 1'000'000, INT_MAX);
+    *left_ms = timed ? waits::ms_until(t0 + std::chrono::nanoseconds(timeout_ns) + std::chrono::microseconds(999))
+                     : static_cast<int>(whole_ms);
+    return *left_ms == 0;  // (*n is 0)
+}
+
 template <class Wait>
 int epoll_loop(int epfd, epoll_event *ev, int timeout_ms, const sigset_t *mask, Wait &&wait) noexcept
 {
     if (g_shadow_regs.load(std::memory_order_relaxed) == 0) {
-        // No registration on shadows: the kernel's wait.  Its events need the fix-up if
-        // a connection of the set is deciding (fixup_deciding), or has switched meanwhile
-        // (on_switch_to_rdma: its registration is then on its shadows, and the wake-up
-        // the switch writes only says "look"); if none is left the call waits on for
-        // the rest of its time.
-        // (The clock only where a set holds registrations of ours: else no event is
-        // dropped but after a registration made during the wait, which then waits its
-        // whole time again.)
-        const bool timed = timeout_ms > 0 && g_sets_count.load(std::memory_order_relaxed) != 0;
-        const auto t0 = timed ? Clock::now() : Clock::time_point{};
-        int n = wait(timeout_ms);
-        if (n <= 0 || (g_shadow_regs.load(std::memory_order_acquire) == 0 &&
-                       rt::g_pending.load(std::memory_order_relaxed) == 0))
+        int n = 0;
+        if (kernel_wait(epfd, ev, timeout_ms < 0 ? -1 : timeout_ms * 1'000'000LL, [&] { return wait(timeout_ms); }, &n,
+                        &timeout_ms))
             return n;
-        if ((n = settle(epfd, ev, n)) != 0 || timeout_ms == 0)
-            return n;
-        if (timed && (timeout_ms = waits::ms_until(t0 + std::chrono::milliseconds(timeout_ms) +
-                                                    std::chrono::microseconds(999))) == 0)
-            return 0;
     }
     const bool infinite = timeout_ms < 0;
     const auto deadline = Clock::now() + std::chrono::milliseconds(infinite ? 0 : timeout_ms);
@@ -1009,20 +1021,11 @@ int epoll_pwait2(int epfd, epoll_event *ev, int maxev, const timespec *tmo, cons
     };
     if (g_shadow_regs.load(std::memory_order_relaxed) != 0)
         return epoll_loop(epfd, ev, to_ms(tmo), mask, wait);
-    // The kernel's wait, with its own timeout's precision; a switch meanwhile as in
-    // epoll_loop.
-    const bool timed = tmo != nullptr && (tmo->tv_sec != 0 || tmo->tv_nsec != 0) &&
-                       g_sets_count.load(std::memory_order_relaxed) != 0;
-    const auto t0 = timed ? Clock::now() : Clock::time_point{};
-    int n = RS_REAL(epoll_pwait2)(epfd, ev, maxev, tmo, mask);
-    if (n <= 0 || (g_shadow_regs.load(std::memory_order_acquire) == 0 && rt::g_pending.load(std::memory_order_relaxed) == 0))
+    // The kernel's wait, with its own timeout's precision.
+    const long long ns = tmo == nullptr ? -1 : tmo->tv_sec * 1'000'000'000LL + tmo->tv_nsec;
+    int n = 0, left = -1;
+    if (kernel_wait(epfd, ev, ns, [&] { return RS_REAL(epoll_pwait2)(epfd, ev, maxev, tmo, mask); }, &n, &left))
         return n;
-    if ((n = settle(epfd, ev, n)) != 0 || (tmo != nullptr && tmo->tv_sec == 0 && tmo->tv_nsec == 0))
-        return n;
-    int left = to_ms(tmo);
-    if (timed && (left = waits::ms_until(t0 + std::chrono::seconds(tmo->tv_sec) +
-                                         std::chrono::nanoseconds(tmo->tv_nsec) + std::chrono::microseconds(999))) == 0)
-        return 0;
     return epoll_loop(epfd, ev, left, mask, wait);
 }
 
