@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -106,7 +107,7 @@ inline int64_t steady_ms(Clock::time_point t) noexcept
 class Engine {
 public:
     bool start() noexcept;
-    bool running() const noexcept { return started_; }
+    bool running() const noexcept { return started_.load(std::memory_order_acquire); }
     std::shared_ptr<rdma::CmChannel> channel() const noexcept { return cm_; }
     // On the program's thread, in a call that sets up a connection: make the
     // descriptors its set-up will need later on the progress thread (completion
@@ -221,7 +222,7 @@ private:
     bool holder_exited_ = false;       // one of them fired (the loop sets it)
     bool holder_poll_ = false;         // no pidfd: look every second
     Clock::time_point next_holder_poll_{};
-    bool started_ = false;
+    std::atomic<bool> started_{false};
     int ep_ = -1;
     int cmd_efd_ = -1;
     int report_fd_ = -1;  // the operator's view (offload::set_report), tagged kCm with its address
@@ -234,7 +235,7 @@ private:
 // The queue pair's local ACK timeout (see offload.cc).
 void set_ack_timeout(rdma_cm_id *id) noexcept;
 // The engine of this process (null before the first connection that may be offloaded).
-extern Engine *g_engine;
+extern std::atomic<Engine *> g_engine;
 // The engine, started if need be; null when it cannot run (rdma-core cannot be loaded).
 Engine *engine() noexcept;
 unsigned ring_log2() noexcept;

@@ -92,7 +92,7 @@ void set_ack_timeout(rdma_cm_id *id) noexcept
     rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof t);
 }
 
-Engine *g_engine = nullptr;
+std::atomic<Engine *> g_engine{nullptr};
 std::mutex g_start_mu;
 bool g_fork_reloads = false;  // a fork child of a process that had loaded rdma-core
 
@@ -114,19 +114,23 @@ unsigned max_peer_ring_log2() noexcept
 
 Engine *engine() noexcept
 {
-    if (g_engine != nullptr && g_engine->running())
-        return g_engine;
+    Engine *e = g_engine.load(std::memory_order_acquire);
+    if (e != nullptr && e->running())
+        return e;
     std::lock_guard<std::mutex> lk(g_start_mu);
-    if (g_engine == nullptr)
-        g_engine = new (std::nothrow) Engine();
-    if (g_engine == nullptr || (!g_engine->running() && !g_engine->start())) {
+    e = g_engine.load(std::memory_order_relaxed);
+    if (e == nullptr) {
+        e = new (std::nothrow) Engine();
+        g_engine.store(e, std::memory_order_release);
+    }
+    if (e == nullptr || (!e->running() && !e->start())) {
         // A fork child that cannot load a copy of rdma-core of its own (dlmopen): its
         // connections stay on TCP, and say why.
         if (g_fork_reloads && !rdma::dl::loaded())
             rt::no_rdma_in_fork_child();
         return nullptr;
     }
-    return g_engine;
+    return e;
 }
 
 void Engine::watch_holder(pid_t p) noexcept
@@ -294,7 +298,7 @@ bool Engine::start() noexcept
         return false;
     }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    started_ = true;
+    started_.store(true, std::memory_order_release);
     RS_DEBUG("progress thread started");
     return true;
 }
@@ -1321,7 +1325,7 @@ void drop_listener(Socket &s) noexcept
     }
     if (g_engine != nullptr) {
         auto id = std::static_pointer_cast<rdma::CmId>(s.listener);
-        std::lock_guard<std::mutex> lk(g_engine->mu);
+        std::lock_guard<std::mutex> lk(g_engine.load()->mu);
         // (Shared with another socket of this process, SO_REUSEPORT: it stays theirs.
         // References: the engine's map, this socket's, `id`, and any other socket's.)
         if (id.use_count() > 3) {
@@ -1332,11 +1336,11 @@ void drop_listener(Socket &s) noexcept
         const int64_t last = s.last_accept_ms.load(std::memory_order_relaxed);
         const auto until = Clock::time_point(Ms(last)) + switch_window();
         if (last != 0 && Clock::now() < until) {
-            g_engine->lingering.push_back(Engine::Lingering{id, s.local, until});
-            g_engine->wake();  // its deadline
+            g_engine.load()->lingering.push_back(Engine::Lingering{id, s.local, until});
+            g_engine.load()->wake();  // its deadline
             RS_DEBUG("a listener closed: its RDMA listener stays for the connections it just accepted");
         } else {
-            g_engine->listeners.erase(id->get());
+            g_engine.load()->listeners.erase(id->get());
         }
     }
     s.listener.reset();
@@ -1369,9 +1373,9 @@ void close_orderly(int fd, Conn &c, bool exiting = false) noexcept
     if (!self || !self->start_drain(fd))
         return;
     RS_DEBUG("connection fd=%d: closed with its last messages still to go (the peer takes none now)", fd);
-    std::lock_guard<std::mutex> lk(g_engine->mu);
-    g_engine->drains.push_back(std::move(self));
-    g_engine->wake();
+    std::lock_guard<std::mutex> lk(g_engine.load()->mu);
+    g_engine.load()->drains.push_back(std::move(self));
+    g_engine.load()->wake();
 }
 
 void on_close(int fd, Socket &s) noexcept
@@ -1391,24 +1395,24 @@ void on_close(int fd, Socket &s) noexcept
             c->client_failed(Reason::closed_early);
         bool in_clients = negotiating;
         if (!negotiating) {
-            std::lock_guard<std::mutex> lk(g_engine->mu);
-            in_clients = g_engine->clients.count(c) != 0;
+            std::lock_guard<std::mutex> lk(g_engine.load()->mu);
+            in_clients = g_engine.load()->clients.count(c) != 0;
         }
         if (in_clients) {
             sockaddr_storage pa{};
             socklen_t pl = sizeof pa;
             const bool tcp_ok = RS_REAL(getpeername)(fd, reinterpret_cast<sockaddr *>(&pa), &pl) == 0;
-            std::lock_guard<std::mutex> lk(g_engine->mu);
-            if (auto it = g_engine->clients.find(c); it != g_engine->clients.end()) {
+            std::lock_guard<std::mutex> lk(g_engine.load()->mu);
+            if (auto it = g_engine.load()->clients.find(c); it != g_engine.load()->clients.end()) {
                 it->second.orphaned = true;
                 it->second.tcp_ok = tcp_ok;
                 // One orphan per host is enough to learn about it: a process making short
                 // connections would otherwise run a whole negotiation in the background
                 // for each, a kit (rings registered and pinned) included.
-                if (g_engine->peers.in_flight(reinterpret_cast<sockaddr *>(&it->second.peer)) > 1) {
+                if (g_engine.load()->peers.in_flight(reinterpret_cast<sockaddr *>(&it->second.peer)) > 1) {
                     it->second.abandoned = true;
                     it->second.deadline = Clock::now();  // the progress thread ends it next
-                    g_engine->wake();
+                    g_engine.load()->wake();
                 }
             }
         }
@@ -1424,17 +1428,17 @@ void on_close(int fd, Socket &s) noexcept
     // finds the connection closed, never registering the number's next file.
     std::unique_lock<std::mutex> lk;
     if (g_engine != nullptr) {
-        lk = std::unique_lock<std::mutex>(g_engine->mu);
-        g_engine->unwatch_tcp(*c);
+        lk = std::unique_lock<std::mutex>(g_engine.load()->mu);
+        g_engine.load()->unwatch_tcp(*c);
     }
     c->mark_closed();
 }
 
-bool foreign_child() noexcept { return g_engine != nullptr && g_engine->pid != getpid(); }
+bool foreign_child() noexcept { return g_engine != nullptr && g_engine.load()->pid != getpid(); }
 
 namespace {
 // An engine, and this process's (foreign_child).
-bool ours() noexcept { return g_engine != nullptr && g_engine->pid == getpid(); }
+bool ours() noexcept { return g_engine != nullptr && g_engine.load()->pid == getpid(); }
 
 // `c`'s connection into `conns`, once (a dup's numbers share it).
 void add_once(std::vector<std::shared_ptr<Conn>> &conns, Conn *c) noexcept
@@ -1463,11 +1467,11 @@ void hand_back(const std::vector<std::shared_ptr<Conn>> &conns, Conn::Leaving ho
 void decline_passed(Conn *c) noexcept
 {
     std::shared_ptr<rdma::CmId> drop;
-    std::lock_guard<std::mutex> lk(g_engine->mu);
-    auto kit = g_engine->keys.find(c);
-    if (kit == g_engine->keys.end())
+    std::lock_guard<std::mutex> lk(g_engine.load()->mu);
+    auto kit = g_engine.load()->keys.find(c);
+    if (kit == g_engine.load()->keys.end())
         return;
-    if (auto pit = g_engine->parked.find(kit->second); pit != g_engine->parked.end())
+    if (auto pit = g_engine.load()->parked.find(kit->second); pit != g_engine.load()->parked.end())
         drop = decline_parked_locked(g_engine, pit);
 }
 }  // namespace
@@ -1502,12 +1506,12 @@ namespace {
 void wait_for_drains() noexcept
 {
     const auto until = Clock::now() + Ms(rt::config().linger_ms);
-    while (g_engine->running()) {
+    while (g_engine.load()->running()) {
         {
-            std::lock_guard<std::mutex> lk(g_engine->mu);
-            if (g_engine->drains.empty() || Clock::now() >= until)
+            std::lock_guard<std::mutex> lk(g_engine.load()->mu);
+            if (g_engine.load()->drains.empty() || Clock::now() >= until)
                 break;
-            g_engine->wake();
+            g_engine.load()->wake();
         }
         usleep(10000);
     }
@@ -1613,9 +1617,9 @@ void unlock_after_fork() noexcept { Conn::unlock_drains(); }
 void after_fork_parent(pid_t child) noexcept
 {
     // A connection shared with the child (process/copies.hh): the child may ask for it.
-    if (child > 0 && g_engine != nullptr && g_engine->running() && copies::mapped()) {
-        g_engine->copies_watch.store(true, std::memory_order_relaxed);
-        g_engine->wake();
+    if (child > 0 && g_engine != nullptr && g_engine.load()->running() && copies::mapped()) {
+        g_engine.load()->copies_watch.store(true, std::memory_order_relaxed);
+        g_engine.load()->wake();
     }
 }
 
@@ -1624,8 +1628,8 @@ void after_fork_child() noexcept
     kits::after_fork_child();
     // How this child wakes the parent's engine when it wants a connection of the
     // parent's it holds a copy of.
-    if (g_engine != nullptr && g_engine->running() && copies::fork_shares())
-        copies::keep_wake(g_engine->pid, util::dup_high(g_engine->wake_fd()));
+    if (g_engine != nullptr && g_engine.load()->running() && copies::fork_shares())
+        copies::keep_wake(g_engine.load()->pid, util::dup_high(g_engine.load()->wake_fd()));
     copies::note_fork_shares(false);
     new (&g_start_mu) std::mutex();
     new (&g_takeover_mu) std::mutex();
@@ -1636,7 +1640,7 @@ void after_fork_child() noexcept
     // fresh copy of rdma-core (rdma/dl.hh).
     if (g_engine != nullptr) {
         Conn::drop_drains_in_child();
-        g_engine->close_inherited();
+        g_engine.load()->close_inherited();
         g_engine = nullptr;  // leaked on purpose: its members refer to the parent's resources
     }
     if (rdma::dl::after_fork_child())
@@ -1692,8 +1696,8 @@ void clear_cache() noexcept
 {
     if (g_engine == nullptr)
         return;
-    std::lock_guard<std::mutex> lk(g_engine->mu);
-    g_engine->peers.clear();
+    std::lock_guard<std::mutex> lk(g_engine.load()->mu);
+    g_engine.load()->peers.clear();
 }
 
 }  // namespace rdmasock::offload

@@ -19,7 +19,8 @@
 #   make check-sanitize-guest  the same where an RDMA device already is (in the VM)
 #   make check-sanitize-tsan   the TSan library, the same way (the parity suite in the
 #                              default mode but two cases TSan itself cannot run:
-#                              run-sanitized says why); in CI
+#                              run-sanitized says why; the semantics cases in both
+#                              modes; the programs ASan runs); in CI
 
 SAN_ASAN_LIB = tests/sanitize/asan/librdmasock.so
 SAN_TSAN_LIB = tests/sanitize/tsan/librdmasock.so
