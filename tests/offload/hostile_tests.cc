@@ -52,7 +52,9 @@
 //     valid ACCEPT: the victim stays on TCP (unproved when the squatter sent PROOF_AT,
 //     timeout when it sent nothing), the plain server receives exactly the victim's
 //     bytes (no CONFIRM) and echoes them, and the squatter, which did have the victim's
-//     RDMA connection, receives no message and no byte in its ring.
+//     RDMA connection, receives no message and no byte in its ring; the same with the
+//     victim client in the default mode (*_default_mode: its first bytes go out on TCP
+//     while the library decides), every other case's victim waits in connect().
 //
 // Environment: RDMASOCK_VM_ADDR (or TEST_OFFLOAD_ADDR) the RDMA address;
 // TEST_OFFLOAD_KEEP=1 and TEST_OFFLOAD_TMP=DIR keep each case's files (victim logs at
@@ -130,8 +132,10 @@ struct Case {
             delete x;
         }
     }
-    // A victim: LD_PRELOAD of libasan then the ASan library, debug log.
-    Run &victim(const std::string &name, const std::vector<std::string> &args)
+    // A victim: LD_PRELOAD of libasan then the ASan library, debug log; connect() waits
+    // for its connection to be decided unless `default_mode` (the asynchronous switch
+    // users get: the program's first bytes go out on TCP while the library decides).
+    Run &victim(const std::string &name, const std::vector<std::string> &args, bool default_mode = false)
     {
         dir.keep = cfg.keep;
         Env env = base_env();
@@ -140,9 +144,10 @@ struct Case {
         set_var(env, "RDMASOCK_LOG_LEVEL", "debug");
         set_var(env, "RDMASOCK_LOG_FILE", dir / (name + ".log"));
         set_var(env, "RDMASOCK_PROBE_TIMEOUT_MS", std::to_string(kProbeMs));
-        // A victim client writes its first byte only once its connection is decided, so
-        // every byte of the hostile's protocol faults meets an offloaded stream.
-        set_var(env, "RDMASOCK_CONNECT_WAIT", "1");
+        // A victim client (but a default-mode one) writes its first byte only once its
+        // connection is decided, so every byte of the hostile's protocol faults meets an
+        // offloaded stream.
+        set_var(env, "RDMASOCK_CONNECT_WAIT", default_mode ? "0" : "1");
         std::vector<std::string> argv = {HOSTILE_VICTIM};
         argv.insert(argv.end(), args.begin(), args.end());
         return add(name, argv, env, dir / (name + ".log"));
@@ -240,6 +245,7 @@ struct Expect {
     std::string log = "";  // reset: the victim's debug log names this check
     bool squatter = false; // an impostor case: the squatter's fields checked too
     bool other = false;    // other_rkey: a second connection of the hostile's, untouched
+    int hold_ms = 0;       // server cases: the victim client in the default mode, its --hold-ms
 };
 
 // The victim's debug log says which check fired (reset cases: the specific validation,
@@ -378,8 +384,13 @@ void server_case(const std::string &kase, const Expect &e)
     Run &h = c.hostile("hostile", {"server", "--addr", cfg.addr, "--case", kase});
     std::string hport = get(line_with(h, "port="), "port");
     BOOST_REQUIRE_MESSAGE(gport != "<missing>" && hport != "<missing>", "a server did not start\n" << c.report());
-    Run &vc = c.victim("victim_client", {"client", "--addr", cfg.addr, "--good-port", gport, "--bad-port", hport,
-                                         "--bytes", std::to_string(kGoodBytes), "--bad-bytes", std::to_string(kBadBytes)});
+    std::vector<std::string> args = {"client", "--addr", cfg.addr, "--good-port", gport, "--bad-port", hport,
+                                     "--bytes", std::to_string(kGoodBytes), "--bad-bytes", std::to_string(kBadBytes)};
+    if (e.hold_ms > 0) {
+        args.push_back("--hold-ms");
+        args.push_back(std::to_string(e.hold_ms));
+    }
+    Run &vc = c.victim("victim_client", args, e.hold_ms > 0);
     check_asan(c, vc);
     BOOST_CHECK_MESSAGE(h.p->wait(kWaitMs) && h.p->exit_code() == 0, "the hostile peer failed\n" << c.report());
     Fields hr = line_with(h, "result");
@@ -563,6 +574,22 @@ bool init_tests()
     // established RDMA connection is not part of the rule: not checked).
     add(imp, "silent", [tcp] {
         server_case("impostor_silent", {"", "", "none", "none", tcp, "timeout", "", true});
+    });
+    // The same in the default mode (connect() returns at once and the library decides in
+    // the background): the victim writes half its bytes on TCP, waits while its request
+    // meets the squatter, then writes the rest.  With PROOF_AT(0), the plain server's
+    // echo stands where the proof should be: unproved, the echo is the stream's.  With
+    // nothing, the wait for a proof ends at the switch window (4.5 s): timeout.  Either
+    // way the squatter gets no ring message and the plain server every byte.
+    add(imp, "proof_at_default_mode", [tcp] {
+        Expect e{"", "", "success", "DISCONNECTED", tcp, "unproved", "", true};
+        e.hold_ms = 2000;
+        server_case("impostor", e);
+    });
+    add(imp, "silent_default_mode", [tcp] {
+        Expect e{"", "", "none", "none", tcp, "timeout", "", true};
+        e.hold_ms = 6000;
+        server_case("impostor_silent", e);
     });
     master.add(imp);
     return true;

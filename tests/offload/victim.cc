@@ -7,12 +7,16 @@
 //       in its own thread: echo every byte back until EOF or an error, then print one line
 //       per connection (below) and close it.  Exit 0 once all N are done.
 //   victim client --addr A --good-port G [--bad-port B] [--phase-file F] [--bytes N]
-//                 [--bad-bytes M]
+//                 [--bad-bytes M] [--hold-ms H]
 //       connection "good" to G: N pattern bytes echoed in chunks and verified (phase 1);
 //       then, with --phase-file, print "phase1 ..." and wait until F exists; with
 //       --bad-port, connection "bad" to B: write M pattern bytes, shut down the write side,
 //       read until EOF or an error, print its line; then phase 2 on "good" (N more bytes),
-//       shut down, read EOF, print its line.  Exit 0 when every good byte was verified,
+//       shut down, read EOF, print its line.  With --hold-ms (the default mode, where
+//       connect() returns before the library decides): "good" waits H ms after its
+//       connect, so it switches before its bytes, and "bad" writes half its bytes, waits
+//       H ms (its request meets the hostile end meanwhile), then writes the rest.  Exit 0
+//       when every good byte was verified,
 //       1 on a mismatch, 2 when a call on the good connection failed.
 //
 // Connection line (key=value):
@@ -239,9 +243,11 @@ int echo_phase(int fd, uint64_t n, Result &r)
 }
 
 int run_client(const std::string &addr, int good_port, int bad_port, const std::string &phase_file,
-               uint64_t bytes, uint64_t bad_bytes)
+               uint64_t bytes, uint64_t bad_bytes, int hold_ms)
 {
     int g = connect_to(addr, good_port);
+    if (hold_ms > 0)
+        usleep(static_cast<useconds_t>(hold_ms) * 1000);
     Result gr;
     int rc = echo_phase(g, bytes, gr);
     if (rc == 0 && !phase_file.empty()) {
@@ -260,7 +266,11 @@ int run_client(const std::string &addr, int good_port, int bad_port, const std::
         Result br;
         std::vector<uint8_t> out(static_cast<size_t>(bad_bytes));
         hostile::fill_pattern(out.data(), out.size(), 0, hostile::kSaltClient);
-        write_all(b, out.data(), out.size(), br);
+        const size_t first = hold_ms > 0 ? out.size() / 2 : out.size();
+        if (write_all(b, out.data(), first, br) && hold_ms > 0) {
+            usleep(static_cast<useconds_t>(hold_ms) * 1000);
+            write_all(b, out.data() + first, out.size() - first, br);
+        }
         shutdown(b, SHUT_WR);
         read_all(b, br, false);
         print_line("bad", b, port_of(b, false), bad_port, br);
@@ -286,7 +296,7 @@ int run_client(const std::string &addr, int good_port, int bad_port, const std::
 int main(int argc, char **argv)
 {
     std::string mode = argc > 1 ? argv[1] : "", addr, phase_file;
-    int conns = 1, good = 0, bad = 0;
+    int conns = 1, good = 0, bad = 0, hold_ms = 0;
     uint64_t bytes = 64 * 1024, bad_bytes = 16 * 1024;
     for (int i = 2; i + 1 < argc; i += 2) {
         std::string k = argv[i], v = argv[i + 1];
@@ -304,6 +314,8 @@ int main(int argc, char **argv)
             bytes = strtoull(v.c_str(), nullptr, 10);
         else if (k == "--bad-bytes")
             bad_bytes = strtoull(v.c_str(), nullptr, 10);
+        else if (k == "--hold-ms")
+            hold_ms = atoi(v.c_str());
         else {
             fprintf(stderr, "victim: unknown option %s\n", k.c_str());
             return 4;
@@ -312,8 +324,8 @@ int main(int argc, char **argv)
     if (mode == "server" && !addr.empty())
         return run_server(addr, conns);
     if (mode == "client" && !addr.empty() && good > 0)
-        return run_client(addr, good, bad, phase_file, bytes, bad_bytes);
+        return run_client(addr, good, bad, phase_file, bytes, bad_bytes, hold_ms);
     fprintf(stderr, "usage: victim server --addr A --conns N | client --addr A --good-port G "
-                    "[--bad-port B] [--phase-file F] [--bytes N] [--bad-bytes M]\n");
+                    "[--bad-port B] [--phase-file F] [--bytes N] [--bad-bytes M] [--hold-ms H]\n");
     return 4;
 }
