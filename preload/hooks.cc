@@ -18,6 +18,7 @@
 #include "base/fd.hh"
 #include "base/log.hh"
 #include "base/real.hh"
+#include "base/uring.hh"
 #include "engine/offload.hh"
 #include "engine/readiness.hh"
 #include "include/rdmasock.h"
@@ -66,6 +67,8 @@ void bind_fd(int fd, const SocketRef &s) noexcept
         old->drop_fd();
 }
 
+uint64_t socket_inode(int fd, Socket &s) noexcept;  // (below, with SCM_RIGHTS)
+
 SocketRef track(int fd, int domain, int type, Role role) noexcept
 {
     SocketRef s = Socket::create(domain, type & 0xf);
@@ -108,7 +111,10 @@ struct Victim {
     SocketRef s;
     CloseInfo ci;
     bool deferred = false;  // handed to the calls in progress (defer_close)
+    bool stale = false;     // fd2 no longer named it (names_socket): nothing logged
 };
+
+bool names_socket(int fd, const Socket &s) noexcept;  // (below, with SCM_RIGHTS)
 
 bool defer_close(int fd, Socket &s) noexcept;
 
@@ -121,7 +127,9 @@ Victim prepare_victim(int oldfd, int fd2) noexcept
     ErrnoGuard g;
     Victim v;
     v.s = fdt::get(fd2);
-    if (v.s && v.s->fds() == 1) {
+    if (v.s && v.s->fds() == 1 && !names_socket(fd2, *v.s)) {
+        v.stale = true;
+    } else if (v.s && v.s->fds() == 1) {
         v.ci = capture(fd2, *v.s);
         if (RS_REAL(fcntl)(oldfd, F_GETFD) >= 0) {
             readiness::on_close(fd2);  // first: see before_close()
@@ -171,7 +179,7 @@ void after_dup(int oldfd, int newfd, const Victim *victim) noexcept
     if (old) {
         if (!old->drop_fd())
             move_conn_fd(newfd, *old);  // newfd was one of several numbers of `old`
-        else if (victim != nullptr && victim->s.get() == old.get() && !victim->deferred)
+        else if (victim != nullptr && victim->s.get() == old.get() && !victim->deferred && !victim->stale)
             log_close(newfd, *old, victim->ci);  // (a deferred close logs when it ends)
     }
     library_fds_closed(static_cast<unsigned>(newfd), static_cast<unsigned>(newfd));
@@ -396,8 +404,11 @@ int accepted(int lfd, int fd) noexcept
     s->reason.store(rt::default_reason(), std::memory_order_relaxed);
     if (ls->rule_tcp && rt::default_reason() != Reason::disabled)
         s->reason.store(Reason::rule, std::memory_order_relaxed);
-    else if (s->has_peer)
+    else if (s->has_peer) {
+        if (rt::default_reason() == Reason::pending)
+            socket_inode(fd, *s);  // (see connect)
         offload::on_accept(*ls, fd, *s);
+    }
     return fd;
 }
 }  // namespace
@@ -453,9 +464,12 @@ int connect(int fd, const sockaddr *addr, socklen_t len) noexcept
         base = Reason::rule;
     else if (base == Reason::pending && s->oobinline)
         base = Reason::urgent_data;
+    else if (base == Reason::pending && uring::in_use())
+        base = Reason::io_uring;  // (no request: the ring's calls would miss the switch)
     s->reason.store(base, std::memory_order_relaxed);
     if (base != Reason::pending)
         return r;  // no device, disabled, or a rule: nothing to negotiate
+    socket_inode(fd, *s);  // (its close tells a reused number from it: names_socket)
     if (!rt::config().connect_wait) {
         // The default: connect() is the kernel's; RDMA is negotiated in the background
         // while the program uses the TCP connection (its bytes are counted), and the
@@ -580,6 +594,17 @@ uint64_t socket_inode(int fd, Socket &s) noexcept
         s.inode.store(ino, std::memory_order_relaxed);
     }
     return ino;
+}
+
+// Does fd still name the kernel socket the table holds for it?  Not when it was closed
+// behind the library's back (an io_uring close, an inline system call) and maybe reused
+// by a file or another socket: then nothing of that socket's close may touch the number.
+// (A socket whose inode was never looked up is only checked to be a socket.)
+bool names_socket(int fd, const Socket &s) noexcept
+{
+    struct stat st {};
+    const uint64_t ino = s.inode.load(std::memory_order_relaxed);
+    return ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && (ino == 0 || ino == st.st_ino);
 }
 
 // A descriptor this process has just received with SCM_RIGHTS.  When it is a
@@ -919,6 +944,8 @@ void forget_socket(int fd) noexcept
     SocketRef s = fdt::remove(fd);
     if (s && s->drop_fd()) {
         ErrnoGuard g;
+        if (!names_socket(fd, *s))
+            return;  // (its close was never seen: no close line, and nothing done to the number)
         if (defer_close(fd, *s))
             return;
         CloseInfo ci = capture(fd, *s);
@@ -1286,9 +1313,7 @@ pid_t fork() noexcept
         // of sockets it never had); after the pass above, which gave each connection
         // copy fresh locks.
         fdt::for_each([](int fd, const SocketRef &s) {
-            struct stat st {};
-            const uint64_t ino = s->inode.load(std::memory_order_relaxed);
-            if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) || (ino != 0 && ino != st.st_ino))
+            if (!names_socket(fd, *s))
                 if (SocketRef gone = fdt::remove(fd))
                     gone->drop_fd();
         });

@@ -33,6 +33,7 @@
 #include "base/fd.hh"
 #include "base/log.hh"
 #include "base/real.hh"
+#include "base/uring.hh"
 #include "conn/rdma_conn.hh"
 #include "conn/windows.hh"
 #include "engine/peers.hh"
@@ -668,6 +669,8 @@ void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
     Reason r = p.hello.ring.log2 > max_peer_ring_log2() ? Reason::limit : Reason::none;
     if (r == Reason::none && c->urgent_inline_set())
         r = Reason::urgent_data;  // SO_OOBINLINE, set on the listener it came from
+    if (r == Reason::none && uring::in_use())
+        r = Reason::io_uring;  // (base/uring.hh)
     if (r == Reason::none)
         r = c->create_resources(p.id, ring_log2());
     if (r == Reason::none)
@@ -679,7 +682,7 @@ void Engine::accept_request(const std::shared_ptr<Conn> &c, Parked &&p) noexcept
         // can be artefacts of a client that gave up meanwhile (its id is gone).  Decided
         // before the DECLINE leaves: the client, once it has it, sends its bytes, and
         // the program may read them and ask the socket's state at once.
-        if (r == Reason::memlock || r == Reason::limit || r == Reason::urgent_data)
+        if (r == Reason::memlock || r == Reason::limit || r == Reason::urgent_data || r == Reason::io_uring)
             c->note_declined(r);
         reject(p.id->get(), r);
         RS_DEBUG("declined an RDMA request: %s", reason_code(r));
@@ -810,8 +813,10 @@ void Engine::handle(rdma_cm_event *ev) noexcept
                 // and is on TCP: too late.  Both ends say so (timeout), at once.
                 RS_DEBUG("RDMA request from port %u: its connection (fd=%d) is on TCP already: declined",
                          h.client_port, mit->second->shown_fd());
-                mit->second->note_late_request();
-                reject(id, Reason::timeout);
+                const bool ring = mit->second->socket_reason() == Reason::io_uring;
+                if (!ring)
+                    mit->second->note_late_request();
+                reject(id, ring ? Reason::io_uring : Reason::timeout);
                 drop_after_ack = std::move(owned);
             } else if (parked.size() < 4096 && !parked.count(k)) {
                 RS_DEBUG("RDMA request from port %u: parked until its connection is read%s",
@@ -1211,6 +1216,10 @@ void on_accept(Socket &ls, int fd, Socket &s) noexcept
     // Until the first inbound bytes say otherwise, calls take the hooked path.
     conn->enter_pending();
     s.set_offloaded(true);
+    // A process that uses io_uring: on TCP now, its client's request declined when it
+    // comes (base/uring.hh).
+    if (uring::in_use())
+        conn->note_declined(Reason::io_uring);
 }
 
 namespace {

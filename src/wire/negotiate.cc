@@ -205,6 +205,7 @@ Reason decode_decline(const void *data, size_t len) noexcept
     case Reason::redirected:
     case Reason::urgent_data:
     case Reason::closed_early:
+    case Reason::io_uring:
         return r;
     case Reason::no_device:
         return Reason::peer_no_device;

@@ -210,6 +210,7 @@ inline Reason decline_reason(uint8_t b) noexcept
     case Reason::redirected:
     case Reason::urgent_data:
     case Reason::closed_early:
+    case Reason::io_uring:
         return static_cast<Reason>(b);
     case Reason::no_device:
         return Reason::peer_no_device;

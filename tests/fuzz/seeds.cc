@@ -301,6 +301,7 @@ bool check_known_answers()
         {3, "disabled"},   {4, "rule"},       {5, "no_device"},         {6, "not_rdma_addr"},
         {10, "rejected"},  {12, "version_mismatch"}, {13, "bad_message"}, {14, "memlock"},
         {15, "resource"},  {16, "limit"},  {20, "closed_early"}, {22, "urgent_data"},
+        {27, "io_uring"},
     };
     for (const auto &w : wire_reasons) {
         const char *code = rdmasock::reason_code(static_cast<Reason>(w.wire));

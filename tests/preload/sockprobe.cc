@@ -36,6 +36,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <linux/io_uring.h>
 #include <algorithm>
 #include <functional>
 #include <initializer_list>
@@ -47,6 +48,7 @@
 #include <string>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/sendfile.h>
@@ -2530,6 +2532,123 @@ int sc_syscall_close(const Args &)
     return 0;
 }
 
+// A minimal io_uring of one submission at a time, made with raw system calls as
+// liburing does (no C library call that an interposer could see).
+class Ring {
+public:
+    Ring()
+    {
+        io_uring_params p{};
+        fd_ = static_cast<int>(syscall(__NR_io_uring_setup, 4, &p));
+        if (fd_ < 0)
+            return;
+        sq_len_ = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+        cq_len_ = p.cq_off.cqes + p.cq_entries * sizeof(io_uring_cqe);
+        if (p.features & IORING_FEAT_SINGLE_MMAP)
+            sq_len_ = cq_len_ = std::max(sq_len_, cq_len_);
+        sq_ = map(sq_len_, IORING_OFF_SQ_RING);
+        cq_ = (p.features & IORING_FEAT_SINGLE_MMAP) ? sq_ : map(cq_len_, IORING_OFF_CQ_RING);
+        sqes_len_ = p.sq_entries * sizeof(io_uring_sqe);
+        sqes_ = static_cast<io_uring_sqe *>(map(sqes_len_, IORING_OFF_SQES));
+        if (sq_ == nullptr || cq_ == nullptr || sqes_ == nullptr) {
+            close(fd_);
+            fd_ = -1;
+            return;
+        }
+        sq_tail_ = at<unsigned>(sq_, p.sq_off.tail);
+        sq_mask_ = *at<unsigned>(sq_, p.sq_off.ring_mask);
+        sq_array_ = at<unsigned>(sq_, p.sq_off.array);
+        cq_head_ = at<unsigned>(cq_, p.cq_off.head);
+        cq_tail_ = at<unsigned>(cq_, p.cq_off.tail);
+        cq_mask_ = *at<unsigned>(cq_, p.cq_off.ring_mask);
+        cqes_ = at<io_uring_cqe>(cq_, p.cq_off.cqes);
+    }
+    ~Ring()
+    {
+        if (fd_ >= 0)
+            close(fd_);
+    }
+    bool ok() const { return fd_ >= 0; }
+    // One operation on fd, waited for: its result (a byte count, 0, or -errno).
+    int run(uint8_t op, int fd, void *buf = nullptr, unsigned len = 0)
+    {
+        const unsigned tail = *sq_tail_, i = tail & sq_mask_;
+        io_uring_sqe &e = sqes_[i];
+        memset(&e, 0, sizeof e);
+        e.opcode = op;
+        e.fd = fd;
+        e.addr = reinterpret_cast<uintptr_t>(buf);
+        e.len = len;
+        sq_array_[i] = i;
+        __atomic_store_n(sq_tail_, tail + 1, __ATOMIC_RELEASE);
+        if (syscall(__NR_io_uring_enter, fd_, 1, 1, IORING_ENTER_GETEVENTS, nullptr, 0) != 1)
+            return -errno;
+        const unsigned head = *cq_head_;
+        if (head == __atomic_load_n(cq_tail_, __ATOMIC_ACQUIRE))
+            return -EIO;
+        const int res = cqes_[head & cq_mask_].res;
+        __atomic_store_n(cq_head_, head + 1, __ATOMIC_RELEASE);
+        return res;
+    }
+
+private:
+    void *map(size_t len, off_t off)
+    {
+        void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, off);
+        return m == MAP_FAILED ? nullptr : m;
+    }
+    template <class T> static T *at(void *base, unsigned off)
+    {
+        return reinterpret_cast<T *>(static_cast<char *>(base) + off);
+    }
+    int fd_ = -1;
+    size_t sq_len_ = 0, cq_len_ = 0, sqes_len_ = 0;
+    void *sq_ = nullptr, *cq_ = nullptr;
+    io_uring_sqe *sqes_ = nullptr;
+    unsigned *sq_tail_ = nullptr, *sq_array_ = nullptr, *cq_head_ = nullptr, *cq_tail_ = nullptr;
+    unsigned sq_mask_ = 0, cq_mask_ = 0;
+    io_uring_cqe *cqes_ = nullptr;
+};
+
+// An io_uring program: a ring made first, then connections whose bytes go through it
+// and through the C library's calls, both ways; then the ring closes a connection's
+// number, a file takes the number at once and keeps the program's bytes, and the peer
+// reads EOF.  (RDMA mode: the library cannot see the ring's calls.  Before, the
+// connection switched behind them: the ring's receive waited on a TCP socket the peer
+// no longer wrote to.)
+int sc_io_uring(const Args &)
+{
+    Ring ring;
+    out("io_uring set up: %s", ring.ok() ? "yes" : "no");
+    if (!ring.ok())
+        return 0;
+    char buf[1000] = {};
+    for (int round = 0; round < 2; ++round) {
+        Conn p = tcp_pair(AF_INET);
+        int a = p.c, b = p.s;
+        // Through the C library first, and until the library (if any) has decided: with
+        // the asynchronous switch, a connection that would switch has done so.
+        SHOW("a writes", write(a, "ping", 4));
+        SHOW("b reads", read_n(b, buf, 4));
+        settled(a);
+        settled(b);
+        SHOW("a writes", write(a, "ping", 4));
+        SHOW("the ring receives on b", ring.run(IORING_OP_RECV, b, buf, 4));
+        SHOW("the ring sends 1000 bytes on b", ring.run(IORING_OP_SEND, b, buf, sizeof buf));
+        SHOW("a reads them", read_n(a, buf, sizeof buf));
+        SHOW("the ring sends 4 bytes on a", ring.run(IORING_OP_SEND, a, buf, 4));
+        SHOW("b reads", read_n(b, buf, 4));
+        if (round == 0) {
+            SHOW("the ring closes a", ring.run(IORING_OP_CLOSE, a));
+            file_takes_the_number(a, b);
+        } else {
+            SHOW("the ring closes b", ring.run(IORING_OP_CLOSE, b));
+            file_takes_the_number(b, a);
+        }
+    }
+    return 0;
+}
+
 // splice(2) between a connection and a pipe, both ways: every byte in order; then the
 // errors and edge cases: nothing to read with SPLICE_F_NONBLOCK, an offset for a socket,
 // EOF, neither end a pipe.  (RDMA mode: the kernel's splice read and wrote the TCP
@@ -3775,6 +3894,7 @@ const Scenario kScenarios[] = {
     {"dup2-race", sc_dup2_race, ""},
     {"close-range", sc_close_range, ""},
     {"syscall-close", sc_syscall_close, ""},
+    {"io-uring", sc_io_uring, ""},
     {"closefrom", sc_closefrom, ""},
     {"splice", sc_splice, ""},
     {"nonblock-elsewhere", sc_nonblock_elsewhere, ""},

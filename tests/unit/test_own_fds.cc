@@ -1,10 +1,14 @@
 // The library's own descriptors (base/fd.hh): moved high, kept open by a program's
-// close_range() and closefrom(), forgotten when closed or replaced.
+// close_range() and closefrom(), forgotten when closed or replaced.  And the look for
+// io_uring (base/uring.hh), whose closes are among those the library cannot see.
 #include <boost/test/unit_test.hpp>
 
 #include <cerrno>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <linux/io_uring.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <atomic>
 #include <thread>
 #include <unistd.h>
@@ -12,6 +16,7 @@
 #include <vector>
 
 #include "base/fd.hh"
+#include "base/uring.hh"
 
 namespace util = rdmasock::util;
 
@@ -158,6 +163,42 @@ BOOST_AUTO_TEST_CASE(lowest_free_after_a_maker_on_another_thread)
     BOOST_CHECK(util::owned(theirs));
     close(fixed);
     util::close_own(theirs);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(uring)
+
+// io_uring (base/uring.hh): not seen in a process without a ring, seen once one is
+// mapped (as liburing makes it: raw system calls), and still seen after the ring's
+// descriptor is closed (its memory stays mapped).  The process has no ring of its own
+// before this case (Boost.Test makes none).
+BOOST_AUTO_TEST_CASE(io_uring_seen_once_a_ring_is_mapped)
+{
+    BOOST_REQUIRE(!rdmasock::uring::seen());
+    BOOST_CHECK(!rdmasock::uring::in_use());
+    io_uring_params p{};
+    const int ring = static_cast<int>(syscall(__NR_io_uring_setup, 2, &p));
+    if (ring < 0) {
+        BOOST_TEST_MESSAGE("no io_uring here (" << errno << "): the case checks nothing more");
+        return;
+    }
+    // Before its memory is mapped the ring is only a descriptor: not looked for.
+    const size_t len = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+    void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, ring, IORING_OFF_SQ_RING);
+    BOOST_REQUIRE(m != MAP_FAILED);
+    close(ring);
+    // A look is at most once a millisecond: the first one after the mapping may wait.
+    bool found = false;
+    for (int i = 0; i < 100 && !found; ++i) {
+        found = rdmasock::uring::in_use();
+        if (!found)
+            usleep(2000);
+    }
+    BOOST_CHECK(found);
+    BOOST_CHECK(rdmasock::uring::seen());
+    munmap(m, len);
+    BOOST_CHECK(rdmasock::uring::in_use());  // (sticky: a process that used one may again)
 }
 
 BOOST_AUTO_TEST_SUITE_END()
