@@ -237,6 +237,7 @@ inline bool decline_result(Reason r) noexcept
     case Reason::redirected:
     case Reason::urgent_data:
     case Reason::closed_early:
+    case Reason::io_uring:
         return true;
     default:
         return false;

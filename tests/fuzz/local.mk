@@ -50,6 +50,7 @@ FUZZ_CORPUS = \
 	tests/fuzz/corpus/decline/resource \
 	tests/fuzz/corpus/decline/no_device \
 	tests/fuzz/corpus/decline/bad_message \
+	tests/fuzz/corpus/decline/io_uring \
 	tests/fuzz/corpus/decline/none \
 	tests/fuzz/corpus/decline/redirect-40000 \
 	tests/fuzz/corpus/decline/redirect-port-0 \

@@ -154,6 +154,7 @@ std::vector<Seed> seeds()
         {"decline", "resource", decline(Reason::resource)},
         {"decline", "no_device", decline(Reason::no_device)},
         {"decline", "bad_message", decline(Reason::bad_message)},
+        {"decline", "io_uring", decline(Reason::io_uring)},
         {"decline", "none", decline(Reason::none)},
         {"decline", "redirect-40000", with(with(decline(Reason::redirected), 6, 0x9c), 7, 0x40)},
         {"decline", "redirect-port-0", decline(Reason::redirected)},
@@ -318,8 +319,15 @@ bool check_known_answers()
     for (unsigned b = 0; b < 256; ++b) {
         uint8_t dd[neg::kDeclineSize];
         neg::encode_decline(static_cast<Reason>(b), dd);
-        if (neg::decode_decline(dd, sizeof dd) != decline_reason(static_cast<uint8_t>(b))) {
+        const Reason got = neg::decode_decline(dd, sizeof dd);
+        if (got != decline_reason(static_cast<uint8_t>(b))) {
             fprintf(stderr, "known answer: decode_decline of reason byte %u\n", b);
+            ok = false;
+        }
+        // The fuzz targets' list of results (decline_result) knows every one.
+        if (!decline_result(got)) {
+            fprintf(stderr, "known answer: reason byte %u decodes to %s, not in decline_result\n", b,
+                    rdmasock::reason_code(got));
             ok = false;
         }
     }
