@@ -1254,6 +1254,7 @@ pid_t fork() noexcept
                 s->transport.load()->before_fork();
         });
     }
+    offload::before_fork();
     pid_t r;
     int fork_errno;
     {

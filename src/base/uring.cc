@@ -4,11 +4,8 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <fcntl.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#include "base/fd.hh"
+#include "base/maps.hh"
 
 namespace rdmasock::uring {
 namespace {
@@ -23,35 +20,19 @@ long long now_ms() noexcept
     return static_cast<long long>(t.tv_sec) * 1000 + t.tv_nsec / 1000000;
 }
 
-// Does /proc/self/maps name an io_uring file?  Read in pieces, each searched with the
-// tail of the one before (a name cut in two is still found).
+// Does /proc/self/maps name an io_uring file?
 bool maps_name_a_ring() noexcept
 {
-    static const char kName[] = "anon_inode:[io_uring]";
-    constexpr size_t kKeep = sizeof kName - 1;
-    char buf[16384 + kKeep + 1];
-    util::FdGate making(util::FdGate::making);
-    const long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
     bool found = false;
-    size_t kept = 0;
-    for (;;) {
-        const long r = syscall(SYS_read, static_cast<int>(fd), buf + kept, sizeof buf - 1 - kept);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        const size_t len = kept + static_cast<size_t>(r);
-        buf[len] = '\0';
-        if (memmem(buf, len, kName, kKeep) != nullptr) {
-            found = true;
-            break;
-        }
-        kept = len < kKeep ? len : kKeep;
-        memmove(buf, buf + len - kept, kept);
-    }
-    util::close_own(static_cast<int>(fd));  // (not syscall(): the shim hooks SYS_close)
+    util::each_map(
+        [](const char *line, size_t len, void *arg) {
+            static const char kName[] = "anon_inode:[io_uring]";
+            if (memmem(line, len, kName, sizeof kName - 1) == nullptr)
+                return true;
+            *static_cast<bool *>(arg) = true;
+            return false;
+        },
+        &found);
     return found;
 }
 

@@ -40,6 +40,7 @@
 #include "engine/readiness.hh"
 #include "process/fd_table.hh"
 #include "process/runtime.hh"
+#include "rdma/device_maps.hh"
 #include "rdma/dl.hh"
 #include "rdma/kit.hh"
 #include "rdma/owners.hh"
@@ -1620,6 +1621,7 @@ void retire(Conn &c) noexcept
     e->wake();
 }
 
+void before_fork() noexcept { rdma::device_maps::before_fork(); }
 void lock_for_fork() noexcept { Conn::lock_drains(); }
 void unlock_after_fork() noexcept { Conn::unlock_drains(); }
 
@@ -1635,6 +1637,7 @@ void after_fork_parent(pid_t child) noexcept
 void after_fork_child() noexcept
 {
     kits::after_fork_child();
+    rdma::device_maps::after_fork_child();
     // How this child wakes the parent's engine when it wants a connection of the
     // parent's it holds a copy of.
     if (g_engine != nullptr && g_engine.load()->running() && copies::fork_shares())

@@ -66,6 +66,9 @@ void before_exec() noexcept;
 // must not end or hand back.
 bool foreign_child() noexcept;
 
+// Before fork(), before anything is held: the device memory of this process's queues,
+// which a child never uses, is not copied into it (rdma/device_maps.hh).
+void before_fork() noexcept;
 // Held across fork() (by the thread that forks, released in parent and child): what
 // the child inherits is consistent.
 void lock_for_fork() noexcept;

@@ -2,6 +2,7 @@
 #include "rdma/owners.hh"
 
 #include "base/real.hh"
+#include "rdma/device_maps.hh"
 #include "rdma/dl.hh"
 
 #include <algorithm>
@@ -222,6 +223,7 @@ std::shared_ptr<Context> Context::open(ibv_device *dev, int *err) noexcept
         return nullptr;
     }
     c->owned_ = true;
+    device_maps::note_made();
     dl::own_fd(c->ctx_->cmd_fd);
     dl::own_fd(c->ctx_->async_fd);
     return share(c, err);
@@ -306,6 +308,7 @@ Context::~Context()
         util::FdGate making(util::FdGate::making, util::FdGate::high_only);  // (disowned and closed, nothing between)
         dl::disown_fd(ctx_->cmd_fd);
         dl::disown_fd(ctx_->async_fd);
+        device_maps::Unmapping unmapping;
         ibv_close_device(ctx_);
     }
 }
@@ -437,6 +440,7 @@ std::shared_ptr<Cq> Cq::create(std::shared_ptr<Context> ctx,
         delete c;
         return nullptr;
     }
+    device_maps::note_made();
     c->ctx_ = std::move(ctx);
     c->ch_ = std::move(channel);
     return share(c, err);
@@ -448,6 +452,7 @@ Cq::~Cq()
         return;
     if (cq_ != nullptr) {
         ack_pending();
+        device_maps::Unmapping unmapping;
         ibv_destroy_cq(cq_);
     }
 }
@@ -628,8 +633,10 @@ void CmId::destroy_now() noexcept
         return;
     rdma_cm_id *id = id_;
     id_ = nullptr;
-    if (id->qp != nullptr)
+    if (id->qp != nullptr) {
+        device_maps::Unmapping unmapping;
         rdma_destroy_qp(id);
+    }
     rdma_destroy_id(id);
 }
 
@@ -677,6 +684,7 @@ std::shared_ptr<Qp> Qp::create_on(std::shared_ptr<CmId> id, std::shared_ptr<Pd> 
         delete q;
         return nullptr;
     }
+    device_maps::note_made();
     q->qp_ = id->get()->qp;
     q->cap_ = attr.cap;
     q->pd_ = std::move(pd);
@@ -708,6 +716,7 @@ std::shared_ptr<Qp> Qp::create(std::shared_ptr<Pd> pd, std::shared_ptr<Cq> send_
         delete q;
         return nullptr;
     }
+    device_maps::note_made();
     q->cap_ = attr.cap;
     q->pd_ = std::move(pd);
     q->send_cq_ = std::move(send_cq);
@@ -721,6 +730,7 @@ Qp::~Qp()
         return;
     if (qp_ == nullptr)
         return;
+    device_maps::Unmapping unmapping;
     if (id_)
         rdma_destroy_qp(id_->get());  // ibv_destroy_qp, and clears id->qp
     else

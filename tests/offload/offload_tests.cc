@@ -1773,7 +1773,10 @@ void servers_fork_per_conn(bool async)
 // over TCP, byte-exact, fell_back at both ends; before, the child's copy reported a
 // reset, and the new program's bytes would have been lost).  raw-exit, raw-exec: the
 // child made by _Fork(), which the library's fork() does not see (before, its exit sent
-// the parent's FIN, its exec handed the parent's connection back to TCP).
+// the parent's FIN, its exec handed the parent's connection back to TCP).  maps: the
+// child has none of the parent's device memory (the queues soft-RoCE maps from
+// /dev/infiniband; before, every one was copied into the child: with 64 connections
+// on RDMA each fork() took 9.6 ms, 5.5 ms now, and 1 ms in a process with no library).
 void servers_fork_live(const std::string &mode)
 {
     Side s, c;
@@ -4003,7 +4006,7 @@ bool init_tests()
     add(srv, "prefork2_reuseport", [] { servers_prefork(2, false, true); });
     add(srv, "prefork_echo", servers_prefork_echo);
     add(srv, "fork_per_conn", [] { servers_fork_per_conn(false); });
-    for (std::string m : {"close", "closeall", "exit", "exec", "use", "raw-exit", "raw-exec"})
+    for (std::string m : {"close", "closeall", "exit", "exec", "use", "maps", "raw-exit", "raw-exec"})
         add(srv, "fork_live_" + m, [m] { servers_fork_live(m); });
     add(srv, "fork_per_conn_async", [] { servers_fork_per_conn(true); });
     add(srv, "exec_after", [] { servers_exec_self("after", false, false); });

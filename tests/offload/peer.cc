@@ -31,7 +31,10 @@
 // plans): after sending its bytes, fork a child that does MODE to its copy of the
 // connection while the parent waits, then goes on: close, closeall (every descriptor,
 // as a daemon does), exit (exit(3): the library's exit step runs), exec (/bin/true,
-// the descriptor inherited), use (a write and a read: both must fail, nothing is sent).
+// the descriptor inherited), use (a write and a read: both must fail, nothing is sent),
+// maps (the child has none of the parent's device memory mapped but doorbell pages:
+// the queues' memory a provider maps from /dev/infiniband, which the parent has, is
+// not copied into a child, which never uses it).
 // --exec-self after|before (client, seq plans with an --echo server): the process execs
 // itself in the middle of its connection, the descriptor inherited, and the new image
 // goes on with the stream where the old one stopped (--exec-continue FD:SENT:RECEIVED,
@@ -670,6 +673,27 @@ long long wait_decided(int fd)
     return now_us() - t0;
 }
 
+// Mappings of /dev/infiniband files in this process, but those of device registers
+// (VM_IO: smaps "io", doorbell pages, which madvise cannot keep from a child).
+int device_memory_maps()
+{
+    FILE *f = fopen("/proc/self/smaps", "re");
+    if (f == nullptr)
+        return -1;
+    char line[4096];
+    bool dev = false;
+    int n = 0;
+    while (fgets(line, sizeof line, f) != nullptr) {
+        unsigned long a = 0, b = 0;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, ':') != nullptr && b > a)
+            dev = strstr(line, " /dev/infiniband/") != nullptr;
+        else if (dev && strncmp(line, "VmFlags:", 8) == 0 && strstr(line, " io") == nullptr)
+            ++n;
+    }
+    fclose(f);
+    return n;
+}
+
 // One connection in stream mode.
 // --fork-child: what a fork child does to its copy of a live connection (the parent
 // waits for it).  Returns "MODE:ok", or "MODE:status" (the child's exit status).
@@ -679,6 +703,9 @@ std::string fork_child(int fd)
     // library's fork() does not run, and the child sees the parent's connections).
     const bool raw = opt.fork_child.rfind("raw-", 0) == 0;
     const std::string m = raw ? opt.fork_child.substr(4) : opt.fork_child;
+    if (m == "maps" && device_memory_maps() <= 0)
+        errorf(kScenario, "--fork-child maps: the parent has no device memory mapped (%d): nothing to test",
+               device_memory_maps());
     fflush(stdout);
     pid_t p = raw ? _Fork() : fork();
     if (p < 0)
@@ -696,6 +723,8 @@ std::string fork_child(int fd)
             fcntl(fd, F_SETFD, 0);  // inherited by the new program
             execl("/bin/true", "true", static_cast<char *>(nullptr));
             rc = 4;
+        } else if (m == "maps") {
+            rc = device_memory_maps() == 0 ? 0 : 7;
         } else if (m == "use") {
             // The copy is the parent's connection on RDMA: a wait for input on it asks the
             // parent for it, and it is a kernel socket from then on, in both processes

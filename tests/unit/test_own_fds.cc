@@ -4,6 +4,9 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <linux/io_uring.h>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "base/fd.hh"
+#include "base/maps.hh"
 #include "base/uring.hh"
 
 namespace util = rdmasock::util;
@@ -163,6 +167,61 @@ BOOST_AUTO_TEST_CASE(lowest_free_after_a_maker_on_another_thread)
     BOOST_CHECK(util::owned(theirs));
     close(fixed);
     util::close_own(theirs);
+}
+
+// /proc/self/maps a line at a time (base/maps.hh): a mapping made now is among the lines,
+// with its start address, whole however long its file's name (the reads end mid-line);
+// a callback that says stop is called no more; the descriptor is the library's own and
+// closed (the lowest free number is the same before and after).
+BOOST_AUTO_TEST_CASE(each_map_line_whole_and_stop)
+{
+    const std::string name = "rdmasock-maps-" + std::string(200, 'x');
+    const int mfd = static_cast<int>(syscall(SYS_memfd_create, name.c_str(), 0));
+    BOOST_REQUIRE(mfd >= 0);
+    BOOST_REQUIRE(ftruncate(mfd, 4096) == 0);
+    // Enough other lines that the file takes several 16 KiB reads.
+    std::vector<void *> pads;
+    for (int i = 0; i < 400; ++i) {
+        void *p = mmap(nullptr, 4096, i % 2 ? PROT_READ : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        BOOST_REQUIRE(p != MAP_FAILED);
+        pads.push_back(p);
+    }
+    void *m = mmap(nullptr, 4096, PROT_READ, MAP_SHARED, mfd, 0);
+    BOOST_REQUIRE(m != MAP_FAILED);
+    struct Seen {
+        std::string want;
+        unsigned long at;
+        int lines = 0, found = 0;
+        bool newline = false;
+    } seen{name, reinterpret_cast<unsigned long>(m)};
+    const int low = dup(0);
+    close(low);
+    BOOST_REQUIRE(rdmasock::util::each_map(
+        [](const char *line, size_t len, void *arg) {
+            auto *s = static_cast<Seen *>(arg);
+            ++s->lines;
+            s->newline |= memchr(line, '\n', len) != nullptr;
+            // "start-end perms offset dev inode /memfd:NAME (deleted)", whole.
+            const std::string l(line, len), tail = "/memfd:" + s->want + " (deleted)";
+            if (strtoul(l.c_str(), nullptr, 16) == s->at && l.size() > tail.size() &&
+                l.compare(l.size() - tail.size(), tail.size(), tail) == 0)
+                ++s->found;
+            return true;
+        },
+        &seen));
+    BOOST_CHECK_EQUAL(seen.found, 1);
+    BOOST_CHECK(seen.lines > 400);
+    BOOST_CHECK(!seen.newline);
+    int calls = 0;
+    rdmasock::util::each_map([](const char *, size_t, void *arg) { return ++*static_cast<int *>(arg) < 3; }, &calls);
+    BOOST_CHECK_EQUAL(calls, 3);
+    const int after = dup(0);
+    close(after);
+    BOOST_CHECK_EQUAL(after, low);
+    munmap(m, 4096);
+    for (void *p : pads)
+        munmap(p, 4096);
+    close(mfd);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
